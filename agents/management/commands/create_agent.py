@@ -1,0 +1,35 @@
+from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
+
+from agents.models import Agent
+from agents.services import agent_create, agent_token_create
+
+
+class Command(BaseCommand):
+    help = "Create an agent with a read/write token. The raw token is the last line of the output."
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("--name", default="")
+        parser.add_argument("--label", default="created by create_agent")
+        parser.add_argument(
+            "--existing-ok", action="store_true", help="Issue a new token if the agent already exists."
+        )
+
+    def handle(self, *args, slug, name, label, existing_ok, **options):
+        if slugify(slug) != slug:
+            raise CommandError(f"{slug!r} is not a valid slug (lowercase letters, digits, '-' and '_').")
+        try:
+            with transaction.atomic():
+                agent = agent_create(slug=slug, name=name)
+                created = True
+        except IntegrityError:
+            if not existing_ok:
+                raise CommandError(f"Agent {slug!r} already exists (use --existing-ok to issue another token).")
+            agent, created = Agent.objects.get(slug=slug), False
+        token, raw = agent_token_create(agent=agent, label=label)
+        verb = "Created agent" if created else "Agent"
+        self.stdout.write(f"{verb} {agent.slug!r}; token {token.prefix}… (scopes: {', '.join(token.scopes)}).")
+        self.stdout.write("Store the token now: it will not be shown again.")
+        self.stdout.write(raw)

@@ -1,0 +1,65 @@
+from django.contrib.postgres.fields import ArrayField
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+
+class Agent(models.Model):
+    """A tenant: one AI agent and the memory it pushes. Every other row belongs to exactly one agent."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    is_active = models.BooleanField(default=True, help_text="Inactive agents' tokens are refused.")
+    # When set, POST /api/v1/sync must carry X-MemoryHub-Signature: sha256=<HMAC of the body>.
+    webhook_secret = models.CharField(max_length=128, blank=True)
+    # Per-agent overrides of the chunking and search defaults, e.g. {"chunk_tokens": 256}.
+    overrides = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    # DRF treats request.user as the authenticated principal; for the API that is the agent.
+    is_authenticated = True
+
+
+class AgentToken(models.Model):
+    """A bearer token for one agent. Only a SHA-256 digest and a display prefix are stored."""
+
+    class Scope(models.TextChoices):
+        READ = "read", "Read (search, memory_get, status)"
+        WRITE = "write", "Write (upload, sync, delete)"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tokens", db_index=False)
+    label = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, editable=False, help_text="First characters, to recognise a token.")
+    digest = models.CharField(
+        max_length=64, unique=True, editable=False, validators=[RegexValidator(r"^[0-9a-f]{64}$")]
+    )
+    scopes = ArrayField(models.CharField(max_length=8, choices=Scope.choices), default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        # Token lookup is by the unique digest (its own unique index); this one serves the admin's
+        # "tokens of this agent" listing.
+        indexes = [models.Index(fields=["agent", "-created_at"], name="agenttoken_agent_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.label or 'unlabelled'})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def is_expired(self, now=None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes

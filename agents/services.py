@@ -1,0 +1,61 @@
+"""Workflows that create or change agents and their tokens."""
+
+import hashlib
+import secrets
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent, AgentToken
+
+TOKEN_PREFIX = "mh_"
+DISPLAY_PREFIX_LENGTH = 11  # "mh_" + 8 characters of the secret
+
+
+def token_digest(raw_token: str) -> str:
+    return hashlib.sha256(raw_token.encode()).hexdigest()
+
+
+def agent_create(*, slug: str, name: str = "") -> Agent:
+    return Agent.objects.create(slug=slug, name=name or slug)
+
+
+def agent_token_create(
+    *,
+    agent: Agent,
+    scopes: list[str] | None = None,
+    label: str = "",
+    expires_at: datetime | None = None,
+) -> tuple[AgentToken, str]:
+    """Create a token and return it with the raw value, which is never stored and cannot be shown again."""
+    token = AgentToken(
+        agent=agent,
+        label=label,
+        scopes=scopes or [AgentToken.Scope.READ, AgentToken.Scope.WRITE],
+        expires_at=expires_at,
+    )
+    return token, agent_token_issue(token=token)
+
+
+def agent_token_issue(*, token: AgentToken) -> str:
+    """Give an unsaved token its secret, save it, and return the raw value (shown once, never stored)."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token.prefix = raw[:DISPLAY_PREFIX_LENGTH]
+    token.digest = token_digest(raw)
+    token.save()
+    return raw
+
+
+def agent_token_revoke(*, token: AgentToken) -> AgentToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+@transaction.atomic
+def agent_token_rotate(*, token: AgentToken) -> tuple[AgentToken, str]:
+    """Revoke a token and issue a replacement with the same label, scopes and expiry."""
+    agent_token_revoke(token=token)
+    return agent_token_create(agent=token.agent, scopes=token.scopes, label=token.label, expires_at=token.expires_at)

@@ -1,0 +1,181 @@
+"""Memory files, their chunks, the shared embedding cache and indexing jobs.
+
+A file's full text is stored (the index is derived and can always be rebuilt from it). Every row
+carries its agent so that every query can be scoped to one tenant, and so the database could later be
+sharded by agent without a redesign.
+"""
+
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import Q
+from pgvector.django import VectorField
+
+from agents.models import Agent
+
+# The text-search configuration of the keyword index. Changing it needs a migration that
+# regenerates Chunk.search_vector; queries must use the same configuration.
+KEYWORD_CONFIG = "english"
+
+
+class IndexJob(models.Model):
+    """One unit of background indexing work (an upload, a sync, a re-index…) and what it did."""
+
+    class Trigger(models.TextChoices):
+        UPLOAD = "upload"
+        SYNC = "sync"
+        REINDEX = "reindex"
+        DELETE = "delete"
+        SCHEDULE = "schedule"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="jobs", db_index=False)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    files_seen = models.PositiveIntegerField(default=0)
+    files_changed = models.PositiveIntegerField(default=0)
+    files_removed = models.PositiveIntegerField(default=0)
+    chunks_added = models.PositiveIntegerField(default=0)
+    chunks_removed = models.PositiveIntegerField(default=0)
+    chunks_embedded = models.PositiveIntegerField(default=0)
+    cache_hits = models.PositiveIntegerField(default=0)
+    malformed_lines = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # GET jobs for one agent, newest first (admin, status).
+            models.Index(fields=["agent", "-created_at"], name="indexjob_agent_created_idx"),
+            # The periodic task's "queued, running or failed jobs" scan stays small as jobs pile up.
+            models.Index(
+                fields=["state", "created_at"],
+                name="indexjob_unfinished_idx",
+                condition=Q(state__in=["queued", "running", "failed"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.trigger}, {self.state})"
+
+
+class MemoryFile(models.Model):
+    """One file of an agent's workspace, as last pushed."""
+
+    class Source(models.TextChoices):
+        MEMORY = "memory"  # MEMORY.md, memory.md, memory/**/*.md
+        SESSION = "session"  # *.jsonl conversation transcripts
+        WORKSPACE = "workspace"  # other text files
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # content accepted, not yet searchable
+        INDEXING = "indexing"
+        INDEXED = "indexed"
+        FAILED = "failed"  # see last_error; keyword search may still find it
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="files", db_index=False)
+    path = models.CharField(max_length=1024)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    content = models.TextField()
+    content_hash = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField(help_text="Bytes of UTF-8 content.")
+    client_mtime = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    # content_hash of the version whose chunks are in the index ("" before the first indexing).
+    indexed_hash = models.CharField(max_length=64, blank=True)
+    last_error = models.TextField(blank=True)
+    job = models.ForeignKey(
+        IndexJob, on_delete=models.SET_NULL, null=True, blank=True, related_name="files", db_index=False
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    indexed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [
+            # Serves every lookup by (agent, path): PUT/GET/DELETE files/<path> and sync diffs.
+            models.UniqueConstraint(fields=["agent", "path"], name="memoryfile_agent_path_uniq"),
+        ]
+        indexes = [
+            # status.pending / status.failed counts and the admin's per-agent state filters.
+            models.Index(fields=["agent", "state"], name="memoryfile_agent_state_idx"),
+            # "Files of this job" (job detail, admin) and SET NULL when old jobs are pruned.
+            models.Index(fields=["job"], name="memoryfile_job_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class Chunk(models.Model):
+    """A span of lines of one file: the unit that is embedded, keyword-indexed and returned by search."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="chunks", db_index=False)  # denormalised
+    file = models.ForeignKey(MemoryFile, on_delete=models.CASCADE, related_name="chunks", db_index=False)
+    ordinal = models.PositiveIntegerField(help_text="Position of the chunk within its file.")
+    start_line = models.PositiveIntegerField()  # 1-indexed, inclusive
+    end_line = models.PositiveIntegerField()  # 1-indexed, inclusive
+    text = models.TextField()
+    text_hash = models.CharField(max_length=64)
+    token_count = models.PositiveIntegerField()
+    # What the keyword index sees: the text plus anything the parser cannot segment on its own
+    # (CJK bigrams, see search/text.py). Written by the indexer next to `text`.
+    search_text = models.TextField(default="")
+    search_vector = models.GeneratedField(
+        expression=SearchVector("search_text", config=KEYWORD_CONFIG),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    # Dimension-less on purpose: the dimension is part of the index identity, not of the schema, so a
+    # model change needs no ALTER TABLE. The HNSW index is an expression index per dimension
+    # (indexing/vector_index.py) restricted to rows of that dimension.
+    embedding = VectorField(null=True, blank=True)
+    embedding_identity = models.CharField(max_length=255, blank=True, help_text="provider:model:dimensions")
+    embedding_dimensions = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["file_id", "ordinal"]
+        indexes = [
+            # Keyword half of search: tsvector @@ tsquery.
+            GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
+            # Exact vector search for small agents and "chunks of this agent under this identity"
+            # (status counts, re-embedding after a model change).
+            models.Index(fields=["agent", "embedding_identity"], name="chunk_agent_identity_idx"),
+            # A file's chunk set in order: re-indexing diffs and memory_get's chunk lookups.
+            models.Index(fields=["file", "ordinal"], name="chunk_file_ordinal_idx"),
+            # The indexer's "reuse an existing chunk with this text" lookup within an agent.
+            models.Index(fields=["agent", "text_hash"], name="chunk_agent_text_hash_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.file_id}:{self.start_line}-{self.end_line}"
+
+
+class EmbeddingCache(models.Model):
+    """text → vector for one embedding identity, shared by all agents (text is never stored here)."""
+
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=200)
+    dimensions = models.PositiveSmallIntegerField()
+    text_hash = models.CharField(max_length=64)
+    embedding = VectorField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # The cache lookup itself: (identity, sha256 of the text).
+            models.UniqueConstraint(
+                fields=["provider", "model", "dimensions", "text_hash"], name="embeddingcache_identity_hash_uniq"
+            ),
+        ]

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from indexing import apis
+
+urlpatterns = [
+    path("status", apis.AgentStatusApi.as_view(), name="api-status"),
+]

@@ -1,0 +1,101 @@
+"""The embedded PostgreSQL used when DATABASE_URL is not set.
+
+``pgserver`` ships PostgreSQL 16.2 with pgvector 0.6.2 as a Python wheel and runs it from a data
+directory without root, listening on a Unix socket only (no TCP port to collide with). The data
+directory lives in the project folder (``.pgdata/``, git-ignored) and is reused across runs.
+
+The server is started on demand by whichever process needs it first (settings import, ``make run``,
+the test session) and keeps running until ``stop`` is called: ``make run`` stops it on Ctrl-C, and
+``python -m memoryhub.embedded_postgres stop`` stops it by hand.
+
+Command line: ``python -m memoryhub.embedded_postgres start|stop|status [--data-dir DIR]``.
+"""
+
+import argparse
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+import psycopg
+
+DATABASE_NAME = "memoryhub"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / ".pgdata"
+
+# platformdirs warns on every start when XDG_RUNTIME_DIR is unset; pgserver copes without it.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+logging.getLogger("pgserver").setLevel(logging.WARNING)
+
+
+def _postmaster(data_dir: Path):
+    from pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    return info if info is not None and info.is_running() and info.status == "ready" else None
+
+
+def is_running(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
+    return _postmaster(Path(data_dir)) is not None
+
+
+def ensure_running(data_dir: Path = DEFAULT_DATA_DIR) -> dict:
+    """Start the server if needed (initdb on an empty folder) and return connection parameters
+    for the ``memoryhub`` database, creating that database on first use."""
+    data_dir = Path(data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    info = _postmaster(data_dir)
+    if info is None:
+        from pgserver import PostgresServer
+
+        # pgserver caches one handle per folder and would hand back a stale one after stop().
+        PostgresServer._instances.pop(data_dir, None)
+        # cleanup_mode=None: this process does not own the server's lifetime; stop() does.
+        PostgresServer(data_dir, cleanup_mode=None)
+        info = _postmaster(data_dir)
+        if info is None:
+            raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not start; see {data_dir / 'log'}")
+    params = {"host": str(info.socket_dir), "port": info.port, "user": "postgres", "dbname": DATABASE_NAME}
+    _ensure_database(params)
+    return params
+
+
+def _ensure_database(params: dict) -> None:
+    with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [params["dbname"]]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{params["dbname"]}"')
+
+
+def stop(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
+    """Stop the server cleanly (``pg_ctl stop -m fast``). Returns False when it was not running."""
+    data_dir = Path(data_dir).resolve()
+    if _postmaster(data_dir) is None:
+        return False
+    import os
+
+    from pgserver._commands import pg_ctl
+
+    user = "pgserver" if os.geteuid() == 0 else None  # pgserver runs postgres as this user under root
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memoryhub.embedded_postgres", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        params = ensure_running(args.data_dir)
+        print(f"embedded PostgreSQL running in {args.data_dir} (socket {params['host']})")
+    elif args.action == "stop":
+        print("embedded PostgreSQL stopped" if stop(args.data_dir) else "embedded PostgreSQL was not running")
+    else:
+        running = is_running(args.data_dir)
+        print(f"embedded PostgreSQL in {args.data_dir}: {'running' if running else 'stopped'}")
+        return 0 if running else 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""One error shape for the whole API: ``{"error": {"code": "...", "message": "..."}}``.
+
+DRF exceptions keep their status; anything unexpected becomes a plain 500 with no stack trace
+(the trace goes to the log). Django-level 404/500 on /api/ paths use the same shape.
+"""
+
+import logging
+
+from django.http import Http404, JsonResponse
+from django.views.defaults import page_not_found, server_error
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+logger = logging.getLogger("memoryhub.api")
+
+
+class ApiError(exceptions.APIException):
+    """An API error with an explicit status, a stable machine-readable code and a human message."""
+
+    def __init__(self, *, status_code: int, code: str, message: str):
+        self.status_code = status_code
+        super().__init__(detail=message, code=code)
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def _message_from_detail(detail) -> str:
+    """Flatten DRF's nested validation details into one readable sentence."""
+    if isinstance(detail, dict):
+        parts = []
+        for field, value in detail.items():
+            text = _message_from_detail(value)
+            parts.append(text if field == "non_field_errors" else f"{field}: {text}")
+        return "; ".join(parts)
+    if isinstance(detail, list):
+        return " ".join(_message_from_detail(item) for item in detail)
+    return str(detail)
+
+
+def _code_from_exception(exc: exceptions.APIException) -> str:
+    if isinstance(exc, exceptions.ValidationError):
+        return "invalid_request"
+    codes = exc.get_codes()
+    return codes if isinstance(codes, str) else exc.default_code
+
+
+def api_exception_handler(exc, context):
+    if isinstance(exc, exceptions.APIException):
+        response = Response(
+            error_body(_code_from_exception(exc), _message_from_detail(exc.detail)), status=exc.status_code
+        )
+        if getattr(exc, "auth_header", None):
+            response["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            response["Retry-After"] = str(int(exc.wait))
+        return response
+    if isinstance(exc, Http404):
+        return Response(error_body("not_found", "Not found."), status=status.HTTP_404_NOT_FOUND)
+    logger.exception("unhandled error in %s", context.get("view").__class__.__name__)
+    return Response(error_body("server_error", "Internal server error."), status=500)
+
+
+def _wants_json(request) -> bool:
+    return not request.path.startswith("/admin/")
+
+
+def handler404(request, exception=None):
+    if not _wants_json(request):
+        return page_not_found(request, exception)
+    return JsonResponse(error_body("not_found", f"No such endpoint: {request.path}"), status=404)
+
+
+def handler500(request):
+    if not _wants_json(request):
+        return server_error(request)
+    return JsonResponse(error_body("server_error", "Internal server error."), status=500)

@@ -1,0 +1,114 @@
+"""`make run`: everything a developer needs, in one foreground command.
+
+Starts the embedded PostgreSQL (unless DATABASE_URL is set), migrates, creates a `demo` agent and
+prints a fresh token with a ready-to-paste curl line, then serves the web app on 127.0.0.1:$PORT and
+runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
+in the web process instead, and this command says so. Ctrl-C stops everything it started.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def say(message: str) -> None:
+    print(f"[memoryhub] {message}", flush=True)
+
+
+def broker_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping())
+    except Exception:
+        return False
+
+
+def manage(*args: str, env: dict) -> str:
+    result = subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True
+    )
+    return result.stdout
+
+
+def main() -> int:
+    env = dict(os.environ)
+    port = env.get("PORT", "8000")
+    started_postgres = False
+    if not env.get("DATABASE_URL"):
+        from memoryhub import embedded_postgres
+
+        data_dir = Path(env.get("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or embedded_postgres.DEFAULT_DATA_DIR)
+        started_postgres = not embedded_postgres.is_running(data_dir)
+        embedded_postgres.ensure_running(data_dir)
+        say(f"embedded PostgreSQL (pgvector) {'started' if started_postgres else 'already running'} in {data_dir}")
+
+    redis_url = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    use_worker = broker_answers(redis_url)
+    if not use_worker:
+        env["MEMORYHUB_TASKS_EAGER"] = "1"
+        say(f"no broker answers at {redis_url}: indexing tasks will run inside the web process (no Celery worker).")
+
+    processes: list[subprocess.Popen] = []
+
+    def shutdown(*_):
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if started_postgres:
+            from memoryhub import embedded_postgres
+
+            embedded_postgres.stop(Path(env.get("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or embedded_postgres.DEFAULT_DATA_DIR))
+            say("embedded PostgreSQL stopped")
+        say("stopped")
+
+    try:
+        say("applying migrations…")
+        manage("migrate", "--noinput", env=env)
+        token = manage("create_agent", "demo", "--existing-ok", "--label", "make run", env=env).strip().splitlines()[-1]
+        say("demo agent token (shown once):")
+        print(token, flush=True)
+        say("try it:")
+        print(f'  curl -H "Authorization: Bearer {token}" http://127.0.0.1:{port}/api/v1/status', flush=True)
+
+        processes.append(
+            subprocess.Popen([PYTHON, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=BASE_DIR, env=env)
+        )
+        if use_worker:
+            processes.append(
+                subprocess.Popen(
+                    [PYTHON, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--loglevel", "INFO",
+                     "--concurrency", env.get("MEMORYHUB_WORKER_CONCURRENCY", "2")],
+                    cwd=BASE_DIR,
+                    env=env,
+                )
+            )
+            say(f"Celery worker started on {redis_url}")
+        say(f"serving on http://127.0.0.1:{port}/ (admin at /admin/, health at /healthz); Ctrl-C stops everything")
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        while all(process.poll() is None for process in processes):
+            time.sleep(0.5)
+        say("a child process exited; stopping the rest")
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except subprocess.CalledProcessError as exc:
+        say(f"set-up step failed: {' '.join(exc.cmd[1:])}\n{exc.stderr}")
+        return 1
+    finally:
+        shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

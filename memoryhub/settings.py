@@ -1,0 +1,190 @@
+"""MemoryHub settings. Every value comes from the environment; `.env.example` lists them all.
+
+A bad value stops the process at start-up with a message naming the variable (see memoryhub/env.py).
+"""
+
+import importlib.util
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+from memoryhub.env import env_bool, env_choice, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# --- Core Django -----------------------------------------------------------------------------
+# DEBUG defaults to on for a development checkout; docker-compose and the Dockerfile turn it off.
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (or give SECRET_KEY_FILE)")
+    SECRET_KEY = "insecure-development-key-do-not-use-in-production"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("MEMORYHUB_CSRF_TRUSTED_ORIGINS", [])
+PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "agents",
+    "indexing",
+    "search",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "memoryhub.urls"
+WSGI_APPLICATION = "memoryhub.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Raw tokens are shown to operators through a message: keep messages server-side, never in a cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+
+# --- Database: always PostgreSQL with pgvector ---------------------------------------------------
+def _database_from_url(url: str) -> dict:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// URL, got scheme {parsed.scheme!r}")
+    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+    host = query.pop("host", None) or parsed.hostname or ""
+    return {
+        "NAME": unquote(parsed.path.lstrip("/")) or "memoryhub",
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": host,
+        "PORT": str(parsed.port or ""),
+        "OPTIONS": query,
+    }
+
+
+DATABASE_URL = env_str("DATABASE_URL")
+EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_DIR / ".pgdata")
+if DATABASE_URL:
+    _database = _database_from_url(DATABASE_URL)
+else:
+    from memoryhub import embedded_postgres
+
+    _params = embedded_postgres.ensure_running(EMBEDDED_POSTGRES_DIR)
+    _database = {"NAME": _params["dbname"], "USER": _params["user"], "PASSWORD": "",
+                 "HOST": _params["host"], "PORT": str(_params["port"]), "OPTIONS": {}}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "CONN_MAX_AGE": env_int("MEMORYHUB_DB_CONN_MAX_AGE", 60, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
+        **_database,
+    }
+}
+
+# --- Celery on Redis -----------------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None  # jobs record their own state in IndexJob rows
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("MEMORYHUB_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_TIME_LIMIT = env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1)
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Without a broker (`make run` on a machine without Redis), tasks run in the web process.
+CELERY_TASK_ALWAYS_EAGER = env_bool("MEMORYHUB_TASKS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = False
+
+# --- Embeddings ----------------------------------------------------------------------------------
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
+
+
+def _default_provider() -> str:
+    if OPENAI_API_KEY or OPENAI_BASE_URL:
+        return "openai"
+    if importlib.util.find_spec("sentence_transformers") is not None:
+        return "local"
+    return "none"
+
+
+# `fake` is the deterministic, call-counting provider the test suite uses; never for production.
+MEMORYHUB_EMBEDDING_PROVIDER = env_choice(
+    "MEMORYHUB_EMBEDDING_PROVIDER", _default_provider(), ["openai", "local", "none", "fake"]
+)
+_DEFAULT_MODELS = {
+    "openai": ("text-embedding-3-small", 1536),
+    "local": ("all-MiniLM-L6-v2", 384),
+    "fake": ("fake-hash", 64),
+    "none": ("", None),
+}
+MEMORYHUB_EMBEDDING_MODEL = env_str("MEMORYHUB_EMBEDDING_MODEL") or _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][0]
+# Changing the dimensions (or the model) changes the index identity: chunks embedded under the old
+# identity are ignored by vector search and re-embedded in the background; keyword search keeps
+# working meanwhile. The embedding column is dimension-less, so no schema migration is needed.
+MEMORYHUB_EMBEDDING_DIMENSIONS = env_int(
+    "MEMORYHUB_EMBEDDING_DIMENSIONS", _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][1], minimum=1, maximum=16000
+)
+if MEMORYHUB_EMBEDDING_PROVIDER != "none" and MEMORYHUB_EMBEDDING_DIMENSIONS is None:
+    raise ImproperlyConfigured("MEMORYHUB_EMBEDDING_DIMENSIONS must be set for this provider")
+
+# --- Chunking ------------------------------------------------------------------------------------
+MEMORYHUB_CHUNK_TOKENS = env_int("MEMORYHUB_CHUNK_TOKENS", 400, minimum=32, maximum=8000)
+MEMORYHUB_CHUNK_OVERLAP = env_int("MEMORYHUB_CHUNK_OVERLAP", 80, minimum=0, maximum=4000)
+if MEMORYHUB_CHUNK_OVERLAP >= MEMORYHUB_CHUNK_TOKENS:
+    raise ImproperlyConfigured("MEMORYHUB_CHUNK_OVERLAP must be smaller than MEMORYHUB_CHUNK_TOKENS")
+
+# --- Tokens --------------------------------------------------------------------------------------
+# How often a token's last-used time is written (seconds); a write per request would be wasteful.
+MEMORYHUB_TOKEN_LAST_USED_INTERVAL = env_int("MEMORYHUB_TOKEN_LAST_USED_INTERVAL", 60, minimum=0)
+
+# --- REST framework ------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["agents.authentication.AgentTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["agents.permissions.HasAgentToken"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_choice("MEMORYHUB_LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR"])},
+}

@@ -1,0 +1,65 @@
+"""Bad configuration must stop the process at start-up with a message naming the variable."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+def start_django(**env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); print('started')"],
+        cwd=BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("MEMORYHUB_EMBEDDING_DIMENSIONS", "abc"),
+        ("MEMORYHUB_EMBEDDING_PROVIDER", "cohere"),
+        ("MEMORYHUB_CHUNK_TOKENS", "-5"),
+        ("DEBUG", "maybe"),
+        ("PORT", "99999"),
+        ("DATABASE_URL", "mysql://localhost/memoryhub"),
+    ],
+)
+def test_a_bad_value_fails_at_start_up_naming_the_variable(variable, value):
+    result = start_django(**{variable: value})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert variable in result.stderr
+
+
+def test_production_mode_requires_a_secret_key():
+    result = start_django(DEBUG="0", SECRET_KEY="")
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+def test_secrets_can_come_from_a_file(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("from-a-file\n")
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"],
+        cwd=BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", "SECRET_KEY_FILE": str(secret)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.strip() == "from-a-file", result.stderr
+
+
+def test_good_settings_start():
+    result = start_django()
+    assert result.returncode == 0, result.stderr
+    assert "started" in result.stdout
