@@ -168,6 +168,14 @@ MEMORYHUB_CHUNK_OVERLAP = env_int("MEMORYHUB_CHUNK_OVERLAP", 80, minimum=0, maxi
 if MEMORYHUB_CHUNK_OVERLAP >= MEMORYHUB_CHUNK_TOKENS:
     raise ImproperlyConfigured("MEMORYHUB_CHUNK_OVERLAP must be smaller than MEMORYHUB_CHUNK_TOKENS")
 
+# --- Ingestion: limits and quotas (indexing) --------------------------------------------------
+
+# --- Embedding providers: batching, retries (indexing) ------------------------------------------
+
+# --- Search (search) -----------------------------------------------------------------------------
+
+# --- Integrations: tools, MCP, admin console (integrations) --------------------------------------
+
 # --- Tokens --------------------------------------------------------------------------------------
 # How often a token's last-used time is written (seconds); a write per request would be wasteful.
 MEMORYHUB_TOKEN_LAST_USED_INTERVAL = env_int("MEMORYHUB_TOKEN_LAST_USED_INTERVAL", 60, minimum=0)

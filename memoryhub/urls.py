@@ -10,4 +10,5 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("indexing.urls")),
+    path("api/v1/", include("search.urls")),
 ]
