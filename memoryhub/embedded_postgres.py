@@ -20,6 +20,8 @@ from pathlib import Path
 import psycopg
 
 DATABASE_NAME = "memoryhub"
+# Folders whose server this process started (so a test session can stop what it started, and only that).
+started_here: set[Path] = set()
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / ".pgdata"
 
 # platformdirs warns on every start when XDG_RUNTIME_DIR is unset; pgserver copes without it.
@@ -51,6 +53,7 @@ def ensure_running(data_dir: Path = DEFAULT_DATA_DIR) -> dict:
         PostgresServer._instances.pop(data_dir, None)
         # cleanup_mode=None: this process does not own the server's lifetime; stop() does.
         PostgresServer(data_dir, cleanup_mode=None)
+        started_here.add(data_dir)
         info = _postmaster(data_dir)
         if info is None:
             raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not start; see {data_dir / 'log'}")

@@ -57,3 +57,11 @@ def make_member(db):
 @pytest.fixture
 def anonymous_client() -> APIClient:
     return APIClient()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Leave the machine as we found it: stop the embedded PostgreSQL if this test run started it."""
+    from memoryhub import embedded_postgres
+
+    for data_dir in list(embedded_postgres.started_here):
+        embedded_postgres.stop(data_dir)
