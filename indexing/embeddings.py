@@ -364,11 +364,16 @@ def _error_message(exc) -> str:
 
 
 def _retry_after(exc) -> float | None:
-    try:
-        value = exc.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (AttributeError, ValueError):
-        return None
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``retry-after`` in seconds), if any."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            value = headers.get(name)
+            if value is not None:
+                return float(value) / scale
+        except ValueError:  # an HTTP date: ignore it, the backoff applies
+            continue
+    return None
 
 
 # --- local -----------------------------------------------------------------------------------------

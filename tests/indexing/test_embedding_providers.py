@@ -157,6 +157,17 @@ def test_openai_retries_a_429_then_succeeds(server):
     assert len(vectors) == 1 and len(server.requests) == 3
 
 
+def test_openai_waits_as_long_as_retry_after_asks(server, monkeypatch):
+    import indexing.embeddings as embeddings
+
+    slept = []
+    monkeypatch.setattr(embeddings.time, "sleep", slept.append)
+    server.script = [(429, {"headers": {"Retry-After": "0.25"}}), (429, {"headers": {"retry-after-ms": "40"}}), (200, {})]
+    provider = openai_provider(server, retry=RetryPolicy(max_retries=3, base_delay=0.001, max_delay=1.0))
+    provider.embed_documents(["hello"])
+    assert slept[0] == pytest.approx(0.25) and slept[1] == pytest.approx(0.04)
+
+
 def test_openai_honours_retry_after_within_the_max_delay():
     policy = RetryPolicy(max_retries=3, base_delay=0.001, max_delay=0.5)
     assert policy.delay(0, retry_after=0.2) >= 0.2
@@ -225,13 +236,19 @@ def test_get_provider_builds_the_configured_openai_provider_once(server):
         MEMORYHUB_EMBEDDING_DIMENSIONS=8,
         OPENAI_BASE_URL=server.base_url,
         OPENAI_API_KEY="sk-configured",
-        MEMORYHUB_EMBEDDING_MAX_RETRIES=0,
+        MEMORYHUB_EMBEDDING_MAX_RETRIES=1,
+        MEMORYHUB_EMBEDDING_RETRY_BASE_DELAY=0.001,
+        MEMORYHUB_EMBEDDING_RETRY_MAX_DELAY=0.001,
     ):
         provider = get_provider()
         assert get_provider() is provider
         assert isinstance(provider, OpenAIProvider)
         assert provider.identity == EmbeddingIdentity("openai", "text-embedding-3-small", 8)
-        provider.embed_documents(["hi"])
+        server.script = [(429, {}), (200, {})]
+        assert len(provider.embed_documents(["hi"])) == 1
+        server.script = [(429, {}), (429, {})]
+        with pytest.raises(ProviderTransientError, match="after 2 attempts"):
+            provider.embed_documents(["hi"])
     assert server.requests[0]["auth"] == "Bearer sk-configured"
 
 
