@@ -298,7 +298,8 @@ class OpenAIProvider(EmbeddingProvider):
             message = str(exc)
         if len(batch) == 1:
             if not any(v is not None for v in vectors) and not rejected:
-                # The very first input we could isolate failed: check that the request as such is fine.
+                # Nothing has worked yet and this input fails alone: a bad input and a bad request (model,
+                # dimensions…) look the same here, so say the request is wrong rather than hide it.
                 raise ProviderPermanentError(f"the embedding request was rejected: {message}")
             rejected[batch[0]] = message
             return
