@@ -1,0 +1,746 @@
+"""Workflows that write an agent's memory and its index.
+
+The web side (``file_ingest``, ``workspace_sync``, ``file_delete``) stores content and its hash in one
+transaction and enqueues an IndexJob on commit; nothing is half-written on a rejection because every
+check runs before the first write. The worker side (``index_job_run`` → ``file_index``) chunks, reuses
+vectors by text hash (from this agent's chunks, then from the shared EmbeddingCache), embeds only the
+rest and replaces the file's chunk set atomically.
+
+Concurrency, in short:
+- writes of one agent are serialised by a row lock on the Agent (quotas stay exact, and two uploads of
+  one path cannot interleave);
+- workers claim files and jobs with status-guarded UPDATEs, so a task that runs twice does nothing twice;
+- a worker writes chunks only while holding the MemoryFile row lock and only if the file still has the
+  content hash it chunked, so racing uploads never leave a mix of two versions' chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents.models import Agent
+from indexing.chunking import ChunkSpan, chunk_markdown
+from indexing.embedding_identity import configured_identity
+from indexing.models import Chunk, IndexJob, MemoryFile
+from indexing.paths import path_normalize, prefix_normalize, source_resolve
+from indexing.transcripts import map_lines, transcript_from_jsonl
+from memoryhub.errors import ApiError
+from search.text import keyword_document
+
+logger = logging.getLogger(__name__)
+
+State = MemoryFile.State
+JobState = IndexJob.State
+Trigger = IndexJob.Trigger
+
+
+# --- Content checks ------------------------------------------------------------------------------
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def content_from_bytes(raw: bytes) -> str:
+    """A raw request body as text: UTF-8 only, no binary (NUL bytes) → ApiError 415."""
+    if b"\x00" in raw:
+        raise ApiError(status_code=415, code="binary_content", message="The content contains NUL bytes: binary files are not accepted.")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            status_code=415, code="invalid_encoding", message=f"The content is not valid UTF-8 (byte {exc.start})."
+        ) from None
+
+
+def content_check(content: str) -> tuple[str, int]:
+    """(sha256 hex, UTF-8 size) of acceptable text content, or ApiError 415/413."""
+    if "\x00" in content:
+        raise ApiError(status_code=415, code="binary_content", message="The content contains NUL characters: binary files are not accepted.")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(status_code=415, code="invalid_encoding", message="The content is not valid Unicode text (lone surrogate).") from None
+    limit = settings.MEMORYHUB_MAX_FILE_BYTES
+    if len(data) > limit:
+        raise ApiError(
+            status_code=413, code="file_too_large", message=f"The file has {len(data)} bytes; the limit is {limit} bytes per file."
+        )
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def hash_normalize(value: str) -> str:
+    """A client's content hash: 64 hex digits, optionally written ``sha256:<hex>``."""
+    digest = value.strip().lower().removeprefix("sha256:") if isinstance(value, str) else ""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ApiError(status_code=400, code="invalid_hash", message="hash must be the SHA-256 of the file's bytes: 64 hex digits (optionally 'sha256:<hex>').")
+    return digest
+
+
+# --- Web side: ingest, sync, delete --------------------------------------------------------------
+
+
+def _agent_lock(agent: Agent) -> None:
+    """Serialise this agent's writes until the transaction ends (quotas and racing uploads)."""
+    Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk", flat=True).first()
+
+
+def _quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> None:
+    if files_delta <= 0 and bytes_delta <= 0:
+        return  # shrinking is always allowed, even above a lowered quota
+    usage = MemoryFile.objects.filter(agent=agent).aggregate(files=Count("id"), bytes=Coalesce(Sum("size"), 0))
+    max_files = settings.MEMORYHUB_MAX_FILES_PER_AGENT
+    max_bytes = settings.MEMORYHUB_MAX_BYTES_PER_AGENT
+    if files_delta > 0 and usage["files"] + files_delta > max_files:
+        raise ApiError(
+            status_code=413,
+            code="file_quota_exceeded",
+            message=f"This agent stores {usage['files']} files; {files_delta} more would exceed its quota of {max_files} files.",
+        )
+    if bytes_delta > 0 and usage["bytes"] + bytes_delta > max_bytes:
+        raise ApiError(
+            status_code=413,
+            code="byte_quota_exceeded",
+            message=(
+                f"This agent stores {usage['bytes']} bytes; this change adds {bytes_delta} bytes and would exceed "
+                f"its quota of {max_bytes} bytes."
+            ),
+        )
+
+
+def _enqueue(job: IndexJob) -> None:
+    from indexing.tasks import index_job_task
+
+    job_id = job.id
+    transaction.on_commit(lambda: index_job_task.delay(job_id))
+
+
+def file_ingest(
+    *, agent: Agent, path: str, content: str, source: str | None = None, mtime: datetime | None = None
+) -> tuple[MemoryFile, IndexJob | None]:
+    """Store one file's content. Unchanged content (same hash and source) creates no job.
+
+    The returned file has ``was_created`` set (True when the path was new to this agent).
+    """
+    path = path_normalize(path)
+    source = source_resolve(path=path, source=source)
+    content_hash, size = content_check(content)
+    with transaction.atomic():
+        _agent_lock(agent)
+        memory_file = MemoryFile.objects.select_for_update().filter(agent=agent, path=path).first()
+        if memory_file is not None and memory_file.content_hash == content_hash and memory_file.source == source:
+            if mtime is not None and memory_file.client_mtime != mtime:
+                MemoryFile.objects.filter(pk=memory_file.pk).update(client_mtime=mtime)
+                memory_file.client_mtime = mtime
+            memory_file.was_created = False
+            return memory_file, None
+        _quota_check(
+            agent=agent,
+            files_delta=0 if memory_file else 1,
+            bytes_delta=size - (memory_file.size if memory_file else 0),
+        )
+        job = IndexJob.objects.create(agent=agent, trigger=Trigger.UPLOAD, files_seen=1)
+        created = memory_file is None
+        if created:
+            memory_file = MemoryFile(agent=agent, path=path)
+        elif memory_file.source != source:
+            memory_file.indexed_hash = ""  # same text, different chunking: index it again
+        memory_file.source = source
+        memory_file.content = content
+        memory_file.content_hash = content_hash
+        memory_file.size = size
+        memory_file.client_mtime = mtime if mtime is not None else memory_file.client_mtime
+        memory_file.state = State.PENDING
+        memory_file.last_error = ""
+        memory_file.job = job
+        memory_file.save()
+        _enqueue(job)
+    memory_file.was_created = created
+    return memory_file, job
+
+
+@dataclass
+class SyncEntry:
+    path: str
+    content: str | None = None
+    hash: str | None = None
+    source: str | None = None
+    mtime: datetime | None = None
+
+
+@dataclass
+class SyncOutcome:
+    job: IndexJob | None
+    needed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    deleted: list[str] = field(default_factory=list)
+    changed: int = 0
+
+
+@dataclass
+class _Prepared:
+    path: str
+    source: str
+    source_given: bool
+    content: str | None
+    hash: str
+    size: int
+    mtime: datetime | None
+
+
+def _entry_error(index: int, exc: ApiError) -> ApiError:
+    return ApiError(status_code=exc.status_code, code=exc.get_codes(), message=f"files[{index}]: {exc.detail}")
+
+
+def _sync_prepare(entries: list[SyncEntry]) -> list[_Prepared]:
+    """Validate every entry before anything is written (one bad entry rejects the whole sync)."""
+    limit = settings.MEMORYHUB_MAX_SYNC_FILES
+    if len(entries) > limit:
+        raise ApiError(status_code=413, code="too_many_files", message=f"The sync lists {len(entries)} files; the limit is {limit} per request.")
+    prepared: list[_Prepared] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        try:
+            path = path_normalize(entry.path)
+            if path in seen:
+                raise ApiError(status_code=400, code="duplicate_path", message=f"{path!r} is listed more than once.")
+            seen.add(path)
+            source = source_resolve(path=path, source=entry.source)
+            if entry.content is not None:
+                digest, size = content_check(entry.content)
+                if entry.hash and hash_normalize(entry.hash) != digest:
+                    raise ApiError(status_code=400, code="hash_mismatch", message="hash is not the SHA-256 of the UTF-8 content sent.")
+            elif entry.hash:
+                digest, size = hash_normalize(entry.hash), 0
+            else:
+                raise ApiError(status_code=400, code="invalid_request", message="each file needs 'content' or 'hash'.")
+        except ApiError as exc:
+            raise _entry_error(index, exc) from None
+        prepared.append(_Prepared(path, source, bool(entry.source), entry.content, digest, size, entry.mtime))
+    return prepared
+
+
+def _existing_files(*, agent: Agent, paths: list[str]) -> dict[str, MemoryFile]:
+    found: dict[str, MemoryFile] = {}
+    fields = ("id", "agent_id", "path", "source", "content_hash", "size", "client_mtime")
+    for start in range(0, len(paths), 5000):
+        batch = paths[start : start + 5000]
+        for memory_file in MemoryFile.objects.filter(agent=agent, path__in=batch).only(*fields):
+            found[memory_file.path] = memory_file
+    return found
+
+
+def workspace_sync(
+    *, agent: Agent, entries: list[SyncEntry], delete_missing: bool = False, prefix: str = ""
+) -> SyncOutcome:
+    """The sync webhook: upsert content entries, diff hash-only ones, optionally delete the unlisted.
+
+    Hash-only entries whose content the server lacks come back in ``needed`` (send them again with
+    content). ``delete_missing`` removes this agent's files under ``prefix`` that are not listed.
+    Everything happens in one transaction, after every entry has been validated.
+    """
+    prefix = prefix_normalize(prefix)
+    prepared = _sync_prepare(entries)
+    now = timezone.now()
+    outcome = SyncOutcome(job=None)
+    with transaction.atomic():
+        _agent_lock(agent)
+        existing = _existing_files(agent=agent, paths=[p.path for p in prepared])
+        to_create: list[_Prepared] = []
+        to_update: list[tuple[_Prepared, MemoryFile]] = []
+        to_resource: list[tuple[_Prepared, MemoryFile]] = []  # same content, new source: index again
+        for item in prepared:
+            current = existing.get(item.path)
+            if current is None or current.content_hash != item.hash:
+                if item.content is None:
+                    outcome.needed.append(item.path)
+                elif current is None:
+                    to_create.append(item)
+                else:
+                    to_update.append((item, current))
+            elif current.source != item.source and (item.source_given or item.content is not None):
+                to_resource.append((item, current))
+            else:
+                outcome.unchanged += 1
+
+        doomed: list[tuple[int, str, int]] = []
+        if delete_missing:
+            listed = {item.path for item in prepared}
+            candidates = MemoryFile.objects.filter(agent=agent)
+            if prefix:
+                candidates = candidates.filter(path__startswith=prefix)
+            doomed = [row for row in candidates.values_list("id", "path", "size") if row[1] not in listed]
+
+        _quota_check(
+            agent=agent,
+            files_delta=len(to_create) - len(doomed),
+            bytes_delta=sum(i.size for i in to_create)
+            + sum(i.size - f.size for i, f in to_update)
+            - sum(size for _, _, size in doomed),
+        )
+
+        changed = len(to_create) + len(to_update) + len(to_resource)
+        chunks_removed = 0
+        if doomed:
+            doomed_ids = [file_id for file_id, _, _ in doomed]
+            chunks_removed = Chunk.objects.filter(file_id__in=doomed_ids).count()
+            MemoryFile.objects.filter(agent=agent, id__in=doomed_ids).delete()
+            outcome.deleted = sorted(path for _, path, _ in doomed)
+        if changed or doomed:
+            outcome.job = IndexJob.objects.create(
+                agent=agent,
+                trigger=Trigger.SYNC,
+                state=JobState.QUEUED if changed else JobState.DONE,
+                files_seen=len(prepared),
+                files_removed=len(doomed),
+                chunks_removed=chunks_removed,
+                started_at=None if changed else now,
+                finished_at=None if changed else now,
+            )
+        job = outcome.job
+        if to_create:
+            MemoryFile.objects.bulk_create(
+                [
+                    MemoryFile(
+                        agent=agent, path=i.path, source=i.source, content=i.content, content_hash=i.hash,
+                        size=i.size, client_mtime=i.mtime, state=State.PENDING, job=job,
+                    )
+                    for i in to_create
+                ],
+                batch_size=500,
+            )
+        updates = []
+        for item, current in to_update:
+            current.content, current.content_hash, current.size = item.content, item.hash, item.size
+            current.client_mtime = item.mtime if item.mtime is not None else current.client_mtime
+            current.source = item.source
+            current.state, current.last_error, current.job, current.updated_at = State.PENDING, "", job, now
+            updates.append(current)
+        if updates:
+            MemoryFile.objects.bulk_update(
+                updates,
+                ["content", "content_hash", "size", "client_mtime", "source", "state", "last_error", "job", "updated_at"],
+                batch_size=200,
+            )
+        for item, current in to_resource:  # rare: same text declared under another source
+            MemoryFile.objects.filter(pk=current.pk).update(
+                source=item.source, indexed_hash="", state=State.PENDING, last_error="", job=job, updated_at=now
+            )
+        outcome.changed = changed
+        if changed:
+            _enqueue(job)
+    return outcome
+
+
+def file_delete(*, agent: Agent, path: str) -> IndexJob:
+    """Delete one file and its chunks now; the returned (finished) job records what was removed."""
+    path = path_normalize(path)
+    now = timezone.now()
+    with transaction.atomic():
+        _agent_lock(agent)
+        memory_file = MemoryFile.objects.filter(agent=agent, path=path).only("id").first()
+        if memory_file is None:
+            raise ApiError(status_code=404, code="not_found", message=f"No file {path!r}.")
+        chunks_removed = Chunk.objects.filter(file_id=memory_file.pk).count()
+        memory_file.delete()
+        return IndexJob.objects.create(
+            agent=agent, trigger=Trigger.DELETE, state=JobState.DONE, files_seen=1, files_removed=1,
+            chunks_removed=chunks_removed, started_at=now, finished_at=now,
+        )
+
+
+def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bool = False) -> IndexJob | None:
+    """Put existing files back in the queue under a new job (``force``: re-chunk even if unchanged)."""
+    if not file_ids:
+        return None
+    with transaction.atomic():
+        job = IndexJob.objects.create(agent=agent, trigger=trigger, files_seen=len(file_ids))
+        update = {"state": State.PENDING, "job": job, "updated_at": timezone.now()}
+        if force:
+            update["indexed_hash"] = ""
+        MemoryFile.objects.filter(agent=agent, id__in=file_ids).update(**update)
+        _enqueue(job)
+    return job
+
+
+def file_reindex(*, agent: Agent, file_ids: list[int] | None = None) -> IndexJob | None:
+    """Re-chunk and re-index files of this agent (all when ``file_ids`` is None), e.g. after a change of
+    the agent's chunk sizes. Vectors are reused by text hash, so unchanged chunks cost no embedding."""
+    files = MemoryFile.objects.filter(agent=agent)
+    if file_ids is not None:
+        files = files.filter(id__in=file_ids)
+    return _files_requeue(agent=agent, file_ids=list(files.values_list("id", flat=True)), trigger=Trigger.REINDEX, force=True)
+
+
+def agent_reembed(*, agent: Agent) -> IndexJob | None:
+    """Queue this agent's indexed files that have chunks without a vector of the configured identity
+    (after a change of model or dimensions). Search keeps working meanwhile: keyword search is not
+    affected, and vector search only uses vectors of the configured identity."""
+    identity = configured_identity()
+    if not identity.has_vectors:
+        return None
+    stale = Chunk.objects.filter(agent=agent).exclude(embedding_identity=identity.key)
+    file_ids = list(
+        MemoryFile.objects.filter(agent=agent, state=State.INDEXED, id__in=stale.values("file_id")).values_list("id", flat=True)
+    )
+    return _files_requeue(agent=agent, file_ids=file_ids, trigger=Trigger.REINDEX)
+
+
+# --- Worker side ---------------------------------------------------------------------------------
+
+
+@dataclass
+class FileIndexOutcome:
+    file_id: int
+    skipped: bool = False  # content already indexed with vectors of the configured identity
+    superseded: bool = False  # the file changed or disappeared while it was being chunked
+    chunks: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    embedded: int = 0
+    cache_hits: int = 0
+    malformed_lines: int = 0
+    error: str = ""
+
+
+def chunk_sizes(*, agent: Agent) -> tuple[int, int]:
+    """(max tokens, overlap) for this agent: Agent.overrides ``chunk_tokens`` / ``chunk_overlap``, else
+    the settings. Overriding only the size keeps the overlap at most a fifth of it. Invalid overrides
+    are ignored (with a warning) rather than breaking the agent's indexing."""
+    default_tokens, default_overlap = settings.MEMORYHUB_CHUNK_TOKENS, settings.MEMORYHUB_CHUNK_OVERLAP
+    overrides = agent.overrides if isinstance(agent.overrides, dict) else {}
+    if "chunk_tokens" not in overrides and "chunk_overlap" not in overrides:
+        return default_tokens, default_overlap
+    tokens = overrides.get("chunk_tokens", default_tokens)
+    if type(tokens) is int and "chunk_overlap" not in overrides:
+        overlap = min(default_overlap, tokens // 5)
+    else:
+        overlap = overrides.get("chunk_overlap")
+    if type(tokens) is int and type(overlap) is int and 32 <= tokens <= 8000 and 0 <= overlap < tokens:
+        return tokens, overlap
+    logger.warning("agent %s: ignoring invalid chunk overrides %r", agent.slug, overrides)
+    return default_tokens, default_overlap
+
+
+def file_chunk_spans(*, memory_file: MemoryFile, max_tokens: int, overlap_tokens: int) -> tuple[list[ChunkSpan], int]:
+    """The chunks of a file's content with line ranges of the stored file, and its malformed JSONL lines."""
+    if memory_file.source != MemoryFile.Source.SESSION:
+        return chunk_markdown(memory_file.content, max_tokens=max_tokens, overlap_tokens=overlap_tokens), 0
+    transcript = transcript_from_jsonl(memory_file.content)
+    spans = []
+    for span in chunk_markdown(transcript.text, max_tokens=max_tokens, overlap_tokens=overlap_tokens):
+        start, end = map_lines(span.start_line, span.end_line, transcript.line_map)
+        spans.append(ChunkSpan(start_line=start, end_line=end, text=span.text, token_count=span.token_count))
+    return spans, transcript.malformed_lines
+
+
+def _file_lacks_vectors(*, file_id: int, identity_key: str) -> bool:
+    return Chunk.objects.filter(file_id=file_id).exclude(embedding_identity=identity_key).exists()
+
+
+_DEFAULT = object()
+
+
+def file_index(*, file_id: int, provider=_DEFAULT, job_id: int | None = None, defer_embedding: str = "") -> FileIndexOutcome | None:
+    """Index one file (worker side). Returns None when there was nothing to claim.
+
+    Embedding failures never lose the chunks: they are written without the missing vectors (keyword
+    search finds them), the file is marked failed with the reason, and a ProviderTransientError is
+    re-raised afterwards so the caller can retry. ``defer_embedding`` (a reason) skips the provider
+    call altogether with the same outcome — used once a job has met a transient error.
+    """
+    from indexing.embedding_cache import embed_texts
+    from indexing.embeddings import ProviderError, ProviderTransientError, get_provider
+
+    claim = MemoryFile.objects.filter(pk=file_id, state__in=[State.PENDING, State.FAILED])
+    if job_id is not None:
+        claim = claim.filter(job_id=job_id)
+    if not claim.update(state=State.INDEXING, updated_at=timezone.now()):
+        return None  # another worker got there first, or the file is already indexed
+    memory_file = MemoryFile.objects.select_related("agent").filter(pk=file_id).first()
+    if memory_file is None:
+        return None
+    outcome = FileIndexOutcome(file_id=file_id)
+
+    try:
+        if provider is _DEFAULT:
+            provider = get_provider()
+        identity_key = provider.identity.key if provider is not None else ""
+        if memory_file.indexed_hash == memory_file.content_hash and not (
+            provider is not None and _file_lacks_vectors(file_id=file_id, identity_key=identity_key)
+        ):
+            outcome.skipped = True
+            _file_finish(memory_file=memory_file, outcome=outcome, spans=None, vectors={}, identity=None)
+            return outcome
+
+        max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
+        spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
+        hashes = [text_hash(span.text) for span in spans]
+
+        vectors: dict[str, object] = {}
+        transient: Exception | None = None
+        if provider is not None and spans:
+            reusable = (
+                Chunk.objects.filter(agent_id=memory_file.agent_id, text_hash__in=set(hashes), embedding_identity=identity_key)
+                .exclude(embedding=None)
+                .order_by("text_hash")
+                .distinct("text_hash")
+                .values_list("text_hash", "embedding")
+            )
+            vectors.update(reusable)
+            outcome.cache_hits = len(vectors)
+            missing: dict[str, str] = {}
+            for span, digest in zip(spans, hashes):
+                if digest not in vectors and digest not in missing:
+                    missing[digest] = span.text
+            if missing and defer_embedding:
+                outcome.error = defer_embedding
+            elif missing:
+                try:
+                    embedded = embed_texts(provider=provider, texts=list(missing.values()))
+                except ProviderError as exc:
+                    outcome.error = f"embedding failed: {exc}"
+                    if isinstance(exc, ProviderTransientError):
+                        transient = exc
+                else:
+                    vectors.update(zip(missing.keys(), embedded.vectors))
+                    outcome.embedded = embedded.embedded
+                    outcome.cache_hits += embedded.cache_hits
+
+        _file_finish(
+            memory_file=memory_file,
+            outcome=outcome,
+            spans=list(zip(spans, hashes)),
+            vectors=vectors,
+            identity=provider.identity if provider is not None else None,
+        )
+    except Exception as exc:
+        if isinstance(exc, ProviderError):
+            raise
+        # A bug must not leave the file "indexing" forever: mark it failed, then fail loudly.
+        MemoryFile.objects.filter(pk=file_id, state=State.INDEXING).update(
+            state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000], updated_at=timezone.now()
+        )
+        raise
+    if transient is not None and not outcome.superseded:
+        raise transient
+    return outcome
+
+
+def _file_finish(*, memory_file: MemoryFile, outcome: FileIndexOutcome, spans, vectors: dict, identity) -> None:
+    """Replace the file's chunk set and record the result, atomically, if the file still has the
+    content that was chunked (row lock + hash re-check)."""
+    now = timezone.now()
+    with transaction.atomic():
+        current = (
+            MemoryFile.objects.select_for_update()
+            .filter(pk=memory_file.pk)
+            .values("content_hash", "source", "job_id")
+            .first()
+        )
+        if current is None or current["content_hash"] != memory_file.content_hash or current["source"] != memory_file.source:
+            outcome.superseded = True  # a newer upload owns the file now; its job indexes it
+            return
+        if spans is not None:
+            old_hashes = list(Chunk.objects.filter(file_id=memory_file.pk).values_list("text_hash", flat=True))
+            Chunk.objects.filter(file_id=memory_file.pk).delete()
+            new_chunks = []
+            for ordinal, (span, digest) in enumerate(spans):
+                vector = vectors.get(digest)
+                new_chunks.append(
+                    Chunk(
+                        agent_id=memory_file.agent_id,
+                        file_id=memory_file.pk,
+                        ordinal=ordinal,
+                        start_line=span.start_line,
+                        end_line=span.end_line,
+                        text=span.text,
+                        text_hash=digest,
+                        token_count=span.token_count,
+                        search_text=keyword_document(span.text),
+                        embedding=vector,
+                        embedding_identity=identity.key if vector is not None else "",
+                        embedding_dimensions=identity.dimensions if vector is not None else None,
+                    )
+                )
+            Chunk.objects.bulk_create(new_chunks, batch_size=1000)
+            new_counts, old_counts = Counter(d for _, d in spans), Counter(old_hashes)
+            outcome.chunks = len(new_chunks)
+            outcome.chunks_added = sum((new_counts - old_counts).values())
+            outcome.chunks_removed = sum((old_counts - new_counts).values())
+        failed = bool(outcome.error)
+        MemoryFile.objects.filter(pk=memory_file.pk).update(
+            state=State.FAILED if failed else State.INDEXED,
+            indexed_hash=memory_file.content_hash,
+            last_error=outcome.error[:2000],
+            indexed_at=now if not failed else memory_file.indexed_at,
+            updated_at=now,
+        )
+        job_id = current["job_id"]
+        if job_id is not None and not outcome.skipped:
+            IndexJob.objects.filter(pk=job_id).update(
+                files_changed=F("files_changed") + 1,
+                chunks_added=F("chunks_added") + outcome.chunks_added,
+                chunks_removed=F("chunks_removed") + outcome.chunks_removed,
+                chunks_embedded=F("chunks_embedded") + outcome.embedded,
+                cache_hits=F("cache_hits") + outcome.cache_hits,
+                malformed_lines=F("malformed_lines") + outcome.malformed_lines,
+            )
+
+
+def index_job_run(*, job_id: int) -> IndexJob | None:
+    """Run one job: index each of its pending or failed files. Returns None when the job was not
+    claimable (already running, done or failed: running a job twice is harmless).
+
+    On a transient provider error the remaining files are still chunked (keyword-searchable) without
+    calling the provider again, the job goes back to ``queued`` and the error is re-raised so the task
+    retries with backoff.
+    """
+    from indexing.embeddings import ProviderTransientError, get_provider
+
+    now = timezone.now()
+    claimed = IndexJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(
+        state=JobState.RUNNING, started_at=Coalesce(F("started_at"), now), attempts=F("attempts") + 1, error=""
+    )
+    if not claimed:
+        return None
+    provider = get_provider()
+    file_ids = list(
+        MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.FAILED]).order_by("id").values_list("id", flat=True)
+    )
+    transient: ProviderTransientError | None = None
+    internal_errors: list[str] = []
+    for file_id in file_ids:
+        try:
+            file_index(
+                file_id=file_id,
+                provider=provider,
+                job_id=job_id,
+                defer_embedding=f"embedding deferred after a transient error: {transient}" if transient else "",
+            )
+        except ProviderTransientError as exc:
+            transient = exc
+        except Exception as exc:  # one broken file must not block the others; it is marked failed
+            logger.exception("indexing file %s of job %s failed", file_id, job_id)
+            internal_errors.append(f"{exc.__class__.__name__}: {exc}")
+    if transient is not None:
+        IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
+            state=JobState.QUEUED, error=f"transient embedding error, will retry: {transient}"[:2000]
+        )
+        raise transient
+    failed = list(MemoryFile.objects.filter(job_id=job_id, state=State.FAILED).values_list("path", "last_error")[:5])
+    failed_count = MemoryFile.objects.filter(job_id=job_id, state=State.FAILED).count() if failed else 0
+    error = ""
+    if failed:
+        error = f"{failed_count} file(s) failed; first: {failed[0][0]}: {failed[0][1]}"
+    elif internal_errors:
+        error = f"{len(internal_errors)} internal error(s); first: {internal_errors[0]}"
+    IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
+        state=JobState.FAILED if error else JobState.DONE, error=error[:2000], finished_at=timezone.now()
+    )
+    return IndexJob.objects.get(pk=job_id)
+
+
+def index_job_fail(*, job_id: int, reason: str) -> None:
+    """Mark a job failed for good (retries exhausted, or an unexpected error in the task)."""
+    IndexJob.objects.filter(pk=job_id).exclude(state=JobState.DONE).update(
+        state=JobState.FAILED, error=reason[:2000], finished_at=timezone.now()
+    )
+    # Files the job left claimed go back to "failed" (keyword-searchable if they have chunks) so the
+    # periodic task retries them; they are not silently stuck in "indexing".
+    MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]).update(
+        state=State.FAILED, last_error=reason[:2000], updated_at=timezone.now()
+    )
+
+
+@dataclass
+class MaintenanceOutcome:
+    stuck_jobs: int = 0
+    requeued_files: int = 0
+    retried_failed: int = 0
+    reembed_jobs: int = 0
+    jobs: list[int] = field(default_factory=list)
+
+
+def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
+    """The periodic task's work: re-queue stuck and failed work, re-embed after an identity change.
+
+    - jobs queued or running for longer than MEMORYHUB_INDEX_STUCK_AFTER (lost message, dead worker):
+      their files claimed by a dead worker go back to pending and the job is queued again;
+    - pending or indexing files whose job is over (or gone) are queued under a new ``schedule`` job;
+    - failed files older than MEMORYHUB_INDEX_RETRY_FAILED_AFTER are tried again;
+    - agents with chunks embedded under another identity get an ``agent_reembed``.
+    """
+    now = now or timezone.now()
+    stuck_cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_STUCK_AFTER)
+    failed_cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_RETRY_FAILED_AFTER)
+    outcome = MaintenanceOutcome()
+
+    stuck = IndexJob.objects.filter(
+        Q(state=JobState.QUEUED, created_at__lt=stuck_cutoff) | Q(state=JobState.RUNNING, started_at__lt=stuck_cutoff)
+    ).values_list("id", "state", "attempts")
+    for job_id, state, attempts in stuck:
+        if attempts > settings.MEMORYHUB_INDEX_MAX_RETRIES:
+            index_job_fail(job_id=job_id, reason=f"gave up after {attempts} attempts (stuck)")
+            continue
+        with transaction.atomic():
+            MemoryFile.objects.filter(job_id=job_id, state=State.INDEXING, updated_at__lt=stuck_cutoff).update(
+                state=State.PENDING, updated_at=now
+            )
+            if IndexJob.objects.filter(pk=job_id, state=state).update(state=JobState.QUEUED):
+                outcome.stuck_jobs += 1
+                outcome.jobs.append(job_id)
+                _enqueue(IndexJob(id=job_id))
+
+    active_jobs = IndexJob.objects.filter(state__in=[JobState.QUEUED, JobState.RUNNING]).values("id")
+    orphans = (
+        MemoryFile.objects.filter(state__in=[State.PENDING, State.INDEXING], updated_at__lt=stuck_cutoff)
+        .filter(Q(job__isnull=True) | ~Q(job_id__in=active_jobs))
+        .values_list("agent_id", "id")
+    )
+    retry_failed = MemoryFile.objects.filter(state=State.FAILED, updated_at__lt=failed_cutoff).values_list("agent_id", "id")
+    for rows, trigger_count in ((orphans, "requeued_files"), (retry_failed, "retried_failed")):
+        by_agent: dict[int, list[int]] = {}
+        for agent_id, file_id in rows:
+            by_agent.setdefault(agent_id, []).append(file_id)
+        for agent_id, file_ids in by_agent.items():
+            with transaction.atomic():
+                job = IndexJob.objects.create(agent_id=agent_id, trigger=Trigger.SCHEDULE, files_seen=len(file_ids))
+                # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
+                MemoryFile.objects.filter(id__in=file_ids, state__in=[State.PENDING, State.INDEXING]).update(
+                    state=State.PENDING, job=job, updated_at=now
+                )
+                MemoryFile.objects.filter(id__in=file_ids, state=State.FAILED).update(job=job, updated_at=now)
+                _enqueue(job)
+            setattr(outcome, trigger_count, getattr(outcome, trigger_count) + len(file_ids))
+            outcome.jobs.append(job.id)
+
+    identity = configured_identity()
+    if identity.has_vectors:
+        from indexing.vector_index import ensure_vector_index
+
+        stale_agents = (
+            Chunk.objects.exclude(embedding_identity=identity.key)
+            .filter(file__state=State.INDEXED)
+            .values_list("agent_id", flat=True)
+            .distinct()
+        )
+        agent_ids = list(stale_agents)
+        if agent_ids:
+            ensure_vector_index(identity.dimensions)
+        for agent in Agent.objects.filter(id__in=agent_ids):
+            job = agent_reembed(agent=agent)
+            if job is not None:
+                outcome.reembed_jobs += 1
+                outcome.jobs.append(job.id)
+    return outcome
