@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
-from memoryhub.env import env_bool, env_choice, env_int, env_list, env_str
+from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -200,6 +200,25 @@ CELERY_BEAT_SCHEDULE = {
 
 
 # --- Embedding providers: batching, retries (indexing) ------------------------------------------
+# Inputs per embedding request (OpenAI allows up to 2048) and tokens per request (OpenAI allows 300k).
+MEMORYHUB_EMBEDDING_BATCH_SIZE = env_int("MEMORYHUB_EMBEDDING_BATCH_SIZE", 256, minimum=1, maximum=2048)
+MEMORYHUB_EMBEDDING_BATCH_TOKENS = env_int("MEMORYHUB_EMBEDDING_BATCH_TOKENS", 100_000, minimum=1, maximum=300_000)
+# Longer inputs are cut to this many tokens before they are sent (8191 for OpenAI's embedding models).
+MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int("MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS", 8191, minimum=1)
+# Retries of one request on 429, 5xx, timeouts and connection errors, before the error is raised.
+MEMORYHUB_EMBEDDING_MAX_RETRIES = env_int("MEMORYHUB_EMBEDDING_MAX_RETRIES", 5, minimum=0, maximum=20)
+# Backoff before retry n is base * 2**n seconds (with jitter, capped at the max delay and honouring Retry-After).
+MEMORYHUB_EMBEDDING_RETRY_BASE_DELAY = env_float("MEMORYHUB_EMBEDDING_RETRY_BASE_DELAY", 0.5, minimum=0)
+MEMORYHUB_EMBEDDING_RETRY_MAX_DELAY = env_float("MEMORYHUB_EMBEDDING_RETRY_MAX_DELAY", 30.0, minimum=0)
+# Seconds one embedding request may take.
+MEMORYHUB_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_EMBEDDING_TIMEOUT", 60.0, minimum=0.1)
+# Whether to send `dimensions` to the openai provider: auto = only for OpenAI's text-embedding-3 models when
+# MEMORYHUB_EMBEDDING_DIMENSIONS differs from the model's native size (other servers often reject it).
+MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
+    "MEMORYHUB_EMBEDDING_SEND_DIMENSIONS", "auto", ["auto", "always", "never"]
+)
+# Seconds the `fake` test provider sleeps per request (0: a zero-latency embedder for benchmarks).
+MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
 # --- Search (search) -----------------------------------------------------------------------------
 

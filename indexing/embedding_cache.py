@@ -1,0 +1,95 @@
+"""Embed texts through the shared cache: each distinct text is embedded once per index identity.
+
+The cache is keyed by (provider, model, dimensions, sha256 of the text) and shared by all agents; it
+stores no text. ``embed_texts`` looks every text up, embeds only the misses (each distinct text once,
+in batches), stores them and returns one vector per input, in input order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from indexing.embeddings import EmbeddingProvider, ProviderInputsRejected, Vector
+from indexing.models import EmbeddingCache
+
+# Rows per lookup query; keeps the IN (...) list and the result set bounded.
+_LOOKUP_BATCH = 1000
+
+
+def text_hash(text: str) -> str:
+    """The sha256 hex digest used for Chunk.text_hash and the cache key."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class EmbedOutcome:
+    # One entry per input text. None only for a text the provider rejected (see ``rejected``): store
+    # that chunk without a vector; keyword search still finds it.
+    vectors: list[Vector | None]
+    cache_hits: int  # inputs answered from the cache (repeats of a text in one call count as hits)
+    embedded: int  # distinct texts sent to the provider and stored
+    rejected: dict[int, str] = field(default_factory=dict)  # input index → the provider's reason
+
+
+def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: int | None = None) -> EmbedOutcome:
+    """Vectors for ``texts`` from the cache, embedding only distinct texts not cached yet.
+
+    Misses are sent in batches of ``batch_size`` (default MEMORYHUB_EMBEDDING_BATCH_SIZE; the provider may
+    split further by tokens) and each batch is stored as soon as it returns, so work done before a
+    failure is kept. Provider errors propagate, except inputs the provider rejected one by one: those
+    get None (listed in ``rejected``) while every other text gets its vector.
+    """
+    identity = provider.identity
+    batch_size = batch_size or settings.MEMORYHUB_EMBEDDING_BATCH_SIZE
+    hashes = [text_hash(text) for text in texts]
+    distinct = list(dict.fromkeys(hashes))
+
+    found: dict[str, Vector] = {}
+    cache = EmbeddingCache.objects.filter(
+        provider=identity.provider, model=identity.model, dimensions=identity.dimensions
+    )
+    for start in range(0, len(distinct), _LOOKUP_BATCH):
+        for digest, embedding in cache.filter(text_hash__in=distinct[start : start + _LOOKUP_BATCH]).values_list(
+            "text_hash", "embedding"
+        ):
+            found[digest] = [float(x) for x in embedding]
+
+    first_text = {}
+    for digest, text in zip(hashes, texts):
+        first_text.setdefault(digest, text)
+    misses = [digest for digest in distinct if digest not in found]
+    rejected_hashes: dict[str, str] = {}
+    embedded = 0
+    for start in range(0, len(misses), batch_size):
+        batch = misses[start : start + batch_size]
+        try:
+            vectors = provider.embed_documents([first_text[digest] for digest in batch])
+        except ProviderInputsRejected as exc:
+            vectors = exc.vectors
+            rejected_hashes.update({batch[i]: reason for i, reason in exc.rejected.items()})
+        new_rows = []
+        for digest, vector in zip(batch, vectors):
+            if vector is None:
+                continue
+            found[digest] = vector
+            new_rows.append(
+                EmbeddingCache(
+                    provider=identity.provider,
+                    model=identity.model,
+                    dimensions=identity.dimensions,
+                    text_hash=digest,
+                    embedding=vector,
+                )
+            )
+        # Two workers embedding the same new text race harmlessly: the second insert is ignored.
+        EmbeddingCache.objects.bulk_create(new_rows, ignore_conflicts=True)
+        embedded += len(new_rows)
+
+    hits = len(texts) - sum(1 for digest in hashes if digest in rejected_hashes) - embedded
+    rejected = {i: rejected_hashes[digest] for i, digest in enumerate(hashes) if digest in rejected_hashes}
+    return EmbedOutcome(
+        vectors=[found.get(digest) for digest in hashes], cache_hits=hits, embedded=embedded, rejected=rejected
+    )
