@@ -513,9 +513,12 @@ def file_index(*, file_id: int, provider=_DEFAULT, job_id: int | None = None, de
                     if isinstance(exc, ProviderTransientError):
                         transient = exc
                 else:
-                    vectors.update(zip(missing.keys(), embedded.vectors))
+                    vectors.update((d, v) for d, v in zip(missing.keys(), embedded.vectors) if v is not None)
                     outcome.embedded = embedded.embedded
                     outcome.cache_hits += embedded.cache_hits
+                    if embedded.rejected:
+                        reason = next(iter(embedded.rejected.values()))
+                        outcome.error = f"the provider rejected {len(embedded.rejected)} chunk(s): {reason}"
 
         _file_finish(
             memory_file=memory_file,

@@ -1,9 +1,25 @@
 from django.http import JsonResponse
-from django.urls import path
+from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
 from indexing import apis
 from memoryhub.errors import error_body
+
+
+class AnyPathConverter:
+    """Like <path:…> but also matches control characters, so a bad path gets a 400 invalid_path
+    from the view instead of a 404 from the resolver."""
+
+    regex = r"[\s\S]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(AnyPathConverter, "anypath")
 
 
 def by_method(**views):
@@ -29,7 +45,7 @@ urlpatterns = [
     path("status", apis.AgentStatusApi.as_view(), name="api-status"),
     path("files", apis.FileListApi.as_view(), name="api-files"),
     path(
-        "files/<path:path>",
+        "files/<anypath:path>",
         by_method(get=apis.FileGetApi, put=apis.FileUploadApi, delete=apis.FileDeleteApi),
         name="api-file",
     ),
