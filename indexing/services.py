@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -444,165 +444,223 @@ def file_chunk_spans(*, memory_file: MemoryFile, max_tokens: int, overlap_tokens
     return spans, transcript.malformed_lines
 
 
-def _file_lacks_vectors(*, file_id: int, identity_key: str) -> bool:
-    return Chunk.objects.filter(file_id=file_id).exclude(embedding_identity=identity_key).exists()
-
+# Files indexed together: one claim, one reuse lookup, one embedding call, one write transaction.
+INDEX_BATCH_FILES = 100
 
 _DEFAULT = object()
 
 
-def file_index(*, file_id: int, provider=_DEFAULT, job_id: int | None = None, defer_embedding: str = "") -> FileIndexOutcome | None:
-    """Index one file (worker side). Returns None when there was nothing to claim.
+def file_index(*, file_id: int, provider=_DEFAULT, job_id: int | None = None) -> FileIndexOutcome | None:
+    """Index one file (worker side). Returns None when there was nothing to claim (already indexed,
+    or another worker has it). See ``files_index``."""
+    outcomes = files_index(file_ids=[file_id], provider=provider, job_id=job_id)
+    return outcomes[0] if outcomes else None
+
+
+def _claim(*, file_ids: list[int], job_id: int | None) -> list[int]:
+    """pending/failed → indexing, for the rows nobody else holds. Returns the ids claimed."""
+    with transaction.atomic():
+        rows = MemoryFile.objects.filter(pk__in=file_ids, state__in=[State.PENDING, State.FAILED])
+        if job_id is not None:
+            rows = rows.filter(job_id=job_id)
+        claimed = list(rows.select_for_update(skip_locked=True).values_list("id", flat=True))
+        if claimed:
+            MemoryFile.objects.filter(pk__in=claimed, state__in=[State.PENDING, State.FAILED]).update(
+                state=State.INDEXING, updated_at=timezone.now()
+            )
+    return claimed
+
+
+def files_index(
+    *, file_ids: list[int], provider=_DEFAULT, job_id: int | None = None, defer_embedding: str = ""
+) -> list[FileIndexOutcome]:
+    """Index a batch of files: claim → chunk → reuse vectors by text hash → embed the rest → replace
+    each file's chunk set. Files already indexed with vectors of the configured identity are skipped.
 
     Embedding failures never lose the chunks: they are written without the missing vectors (keyword
-    search finds them), the file is marked failed with the reason, and a ProviderTransientError is
+    search finds them), the files are marked failed with the reason, and a ProviderTransientError is
     re-raised afterwards so the caller can retry. ``defer_embedding`` (a reason) skips the provider
-    call altogether with the same outcome — used once a job has met a transient error.
+    altogether with the same outcome — used once a job has met a transient error.
     """
     from indexing.embedding_cache import embed_texts
     from indexing.embeddings import ProviderError, ProviderTransientError, get_provider
 
-    claim = MemoryFile.objects.filter(pk=file_id, state__in=[State.PENDING, State.FAILED])
-    if job_id is not None:
-        claim = claim.filter(job_id=job_id)
-    if not claim.update(state=State.INDEXING, updated_at=timezone.now()):
-        return None  # another worker got there first, or the file is already indexed
-    memory_file = MemoryFile.objects.select_related("agent").filter(pk=file_id).first()
-    if memory_file is None:
-        return None
-    outcome = FileIndexOutcome(file_id=file_id)
-
+    claimed = _claim(file_ids=file_ids, job_id=job_id)
+    if not claimed:
+        return []
     try:
+        files = list(MemoryFile.objects.select_related("agent").filter(pk__in=claimed).order_by("id"))
+        outcomes = {f.pk: FileIndexOutcome(file_id=f.pk) for f in files}
         if provider is _DEFAULT:
             provider = get_provider()
-        identity_key = provider.identity.key if provider is not None else ""
-        if memory_file.indexed_hash == memory_file.content_hash and not (
-            provider is not None and _file_lacks_vectors(file_id=file_id, identity_key=identity_key)
-        ):
-            outcome.skipped = True
-            _file_finish(memory_file=memory_file, outcome=outcome, spans=None, vectors={}, identity=None)
-            return outcome
+        identity = provider.identity if provider is not None else None
+        identity_key = identity.key if identity is not None else ""
 
-        max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
-        spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
-        hashes = [text_hash(span.text) for span in spans]
+        lacking_vectors: set[int] = set()
+        unchanged = [f.pk for f in files if f.indexed_hash == f.content_hash]
+        if provider is not None and unchanged:
+            lacking_vectors = set(
+                Chunk.objects.filter(file_id__in=unchanged).exclude(embedding_identity=identity_key).values_list("file_id", flat=True).distinct()
+            )
+        work: list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]] = []
+        for memory_file in files:
+            outcome = outcomes[memory_file.pk]
+            if memory_file.indexed_hash == memory_file.content_hash and memory_file.pk not in lacking_vectors:
+                outcome.skipped = True
+                continue
+            max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
+            spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
+            work.append((memory_file, [(span, text_hash(span.text)) for span in spans]))
 
         vectors: dict[str, object] = {}
+        embedded = cache_hits = 0
+        batch_error = ""
+        rejected: dict[str, str] = {}
         transient: Exception | None = None
-        if provider is not None and spans:
+        if provider is not None and work:
+            wanted = {digest for _, spans in work for _, digest in spans}
             reusable = (
-                Chunk.objects.filter(agent_id=memory_file.agent_id, text_hash__in=set(hashes), embedding_identity=identity_key)
+                Chunk.objects.filter(
+                    agent_id__in={f.agent_id for f, _ in work}, text_hash__in=wanted, embedding_identity=identity_key
+                )
                 .exclude(embedding=None)
                 .order_by("text_hash")
                 .distinct("text_hash")
                 .values_list("text_hash", "embedding")
             )
             vectors.update(reusable)
-            outcome.cache_hits = len(vectors)
+            cache_hits = len(vectors)
             missing: dict[str, str] = {}
-            for span, digest in zip(spans, hashes):
-                if digest not in vectors and digest not in missing:
-                    missing[digest] = span.text
+            for _, spans in work:
+                for span, digest in spans:
+                    if digest not in vectors and digest not in missing:
+                        missing[digest] = span.text
             if missing and defer_embedding:
-                outcome.error = defer_embedding
+                batch_error = defer_embedding
             elif missing:
                 try:
-                    embedded = embed_texts(provider=provider, texts=list(missing.values()))
+                    result = embed_texts(provider=provider, texts=list(missing.values()))
                 except ProviderError as exc:
-                    outcome.error = f"embedding failed: {exc}"
+                    batch_error = f"embedding failed: {exc}"
                     if isinstance(exc, ProviderTransientError):
                         transient = exc
                 else:
-                    vectors.update((d, v) for d, v in zip(missing.keys(), embedded.vectors) if v is not None)
-                    outcome.embedded = embedded.embedded
-                    outcome.cache_hits += embedded.cache_hits
-                    if embedded.rejected:
-                        reason = next(iter(embedded.rejected.values()))
-                        outcome.error = f"the provider rejected {len(embedded.rejected)} chunk(s): {reason}"
+                    digests = list(missing.keys())
+                    vectors.update((d, v) for d, v in zip(digests, result.vectors) if v is not None)
+                    rejected = {digests[i]: reason for i, reason in result.rejected.items()}
+                    embedded, cache_hits = result.embedded, cache_hits + result.cache_hits
 
-        _file_finish(
-            memory_file=memory_file,
-            outcome=outcome,
-            spans=list(zip(spans, hashes)),
-            vectors=vectors,
-            identity=provider.identity if provider is not None else None,
+        for memory_file, spans in work:
+            lacking = [digest for _, digest in spans if digest not in vectors] if provider is not None else []
+            if lacking:
+                reasons = [rejected[d] for d in lacking if d in rejected]
+                outcome = outcomes[memory_file.pk]
+                outcome.error = batch_error or f"the provider rejected {len(reasons)} chunk(s): {reasons[0] if reasons else ''}"
+
+        _files_finish(
+            files=files, outcomes=outcomes, work=work, vectors=vectors, identity=identity,
+            job_id=job_id, embedded=embedded, cache_hits=cache_hits,
         )
     except Exception as exc:
-        if isinstance(exc, ProviderError):
-            raise
-        # A bug must not leave the file "indexing" forever: mark it failed, then fail loudly.
-        MemoryFile.objects.filter(pk=file_id, state=State.INDEXING).update(
-            state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000], updated_at=timezone.now()
-        )
+        if not isinstance(exc, ProviderError):
+            # A bug must not leave files "indexing" forever: mark them failed, then fail loudly.
+            MemoryFile.objects.filter(pk__in=claimed, state=State.INDEXING).update(
+                state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000], updated_at=timezone.now()
+            )
         raise
-    if transient is not None and not outcome.superseded:
+    result_list = [outcomes[f.pk] for f in files]
+    if transient is not None and not all(o.superseded for o in result_list):
         raise transient
-    return outcome
+    return result_list
 
 
-def _file_finish(*, memory_file: MemoryFile, outcome: FileIndexOutcome, spans, vectors: dict, identity) -> None:
-    """Replace the file's chunk set and record the result, atomically, if the file still has the
-    content that was chunked (row lock + hash re-check)."""
+def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, embedded: int, cache_hits: int) -> None:
+    """Replace the chunk sets and record the results in one transaction, for the files that still
+    have the content that was chunked (row locks + hash re-check); the others are left to the newer
+    upload's job."""
     now = timezone.now()
     with transaction.atomic():
-        current = (
-            MemoryFile.objects.select_for_update()
-            .filter(pk=memory_file.pk)
-            .values("content_hash", "source", "job_id")
-            .first()
-        )
-        if current is None or current["content_hash"] != memory_file.content_hash or current["source"] != memory_file.source:
-            outcome.superseded = True  # a newer upload owns the file now; its job indexes it
-            return
-        if spans is not None:
-            old_hashes = list(Chunk.objects.filter(file_id=memory_file.pk).values_list("text_hash", flat=True))
-            Chunk.objects.filter(file_id=memory_file.pk).delete()
+        current = {
+            row["id"]: row
+            for row in MemoryFile.objects.select_for_update()
+            .filter(pk__in=[f.pk for f in files])
+            .values("id", "content_hash", "source", "job_id")
+        }
+        live = []
+        for memory_file in files:
+            row = current.get(memory_file.pk)
+            if row is None or row["content_hash"] != memory_file.content_hash or row["source"] != memory_file.source:
+                outcomes[memory_file.pk].superseded = True
+            else:
+                live.append(memory_file)
+        live_ids = {f.pk for f in live}
+        live_work = [(f, spans) for f, spans in work if f.pk in live_ids]
+        if live_work:
+            work_ids = [f.pk for f, _ in live_work]
+            old_hashes: dict[int, Counter] = {}
+            for file_id, digest in Chunk.objects.filter(file_id__in=work_ids).values_list("file_id", "text_hash"):
+                old_hashes.setdefault(file_id, Counter())[digest] += 1
+            Chunk.objects.filter(file_id__in=work_ids).delete()
             new_chunks = []
-            for ordinal, (span, digest) in enumerate(spans):
-                vector = vectors.get(digest)
-                new_chunks.append(
-                    Chunk(
-                        agent_id=memory_file.agent_id,
-                        file_id=memory_file.pk,
-                        ordinal=ordinal,
-                        start_line=span.start_line,
-                        end_line=span.end_line,
-                        text=span.text,
-                        text_hash=digest,
-                        token_count=span.token_count,
-                        search_text=keyword_document(span.text),
-                        embedding=vector,
-                        embedding_identity=identity.key if vector is not None else "",
-                        embedding_dimensions=identity.dimensions if vector is not None else None,
+            for memory_file, spans in live_work:
+                for ordinal, (span, digest) in enumerate(spans):
+                    vector = vectors.get(digest)
+                    new_chunks.append(
+                        Chunk(
+                            agent_id=memory_file.agent_id,
+                            file_id=memory_file.pk,
+                            ordinal=ordinal,
+                            start_line=span.start_line,
+                            end_line=span.end_line,
+                            text=span.text,
+                            text_hash=digest,
+                            token_count=span.token_count,
+                            search_text=keyword_document(span.text),
+                            embedding=vector,
+                            embedding_identity=identity.key if vector is not None else "",
+                            embedding_dimensions=identity.dimensions if vector is not None else None,
+                        )
                     )
-                )
+                new_counts, old_counts = Counter(d for _, d in spans), old_hashes.get(memory_file.pk, Counter())
+                outcome = outcomes[memory_file.pk]
+                outcome.chunks = len(spans)
+                outcome.chunks_added = sum((new_counts - old_counts).values())
+                outcome.chunks_removed = sum((old_counts - new_counts).values())
             Chunk.objects.bulk_create(new_chunks, batch_size=1000)
-            new_counts, old_counts = Counter(d for _, d in spans), Counter(old_hashes)
-            outcome.chunks = len(new_chunks)
-            outcome.chunks_added = sum((new_counts - old_counts).values())
-            outcome.chunks_removed = sum((old_counts - new_counts).values())
-        failed = bool(outcome.error)
-        MemoryFile.objects.filter(pk=memory_file.pk).update(
-            state=State.FAILED if failed else State.INDEXED,
-            indexed_hash=memory_file.content_hash,
-            last_error=outcome.error[:2000],
-            indexed_at=now if not failed else memory_file.indexed_at,
-            updated_at=now,
-        )
-        job_id = current["job_id"]
-        if job_id is not None and not outcome.skipped:
-            IndexJob.objects.filter(pk=job_id).update(
-                files_changed=F("files_changed") + 1,
-                chunks_added=F("chunks_added") + outcome.chunks_added,
-                chunks_removed=F("chunks_removed") + outcome.chunks_removed,
-                chunks_embedded=F("chunks_embedded") + outcome.embedded,
-                cache_hits=F("cache_hits") + outcome.cache_hits,
-                malformed_lines=F("malformed_lines") + outcome.malformed_lines,
-            )
+        for memory_file in live:
+            outcome = outcomes[memory_file.pk]
+            failed = bool(outcome.error)
+            memory_file.state = State.FAILED if failed else State.INDEXED
+            memory_file.indexed_hash = memory_file.content_hash
+            memory_file.last_error = outcome.error[:2000]
+            memory_file.indexed_at = memory_file.indexed_at if failed else now
+            memory_file.updated_at = now
+        if live:
+            MemoryFile.objects.bulk_update(live, ["state", "indexed_hash", "last_error", "indexed_at", "updated_at"], batch_size=500)
+
+        # Job counters: per job of the files (normally the one job being run).
+        per_job: dict[int, Counter] = {}
+        for memory_file in live:
+            owner = current[memory_file.pk]["job_id"]
+            outcome = outcomes[memory_file.pk]
+            if owner is None or outcome.skipped:
+                continue
+            counts = per_job.setdefault(owner, Counter())
+            counts["files_changed"] += 1
+            counts["chunks_added"] += outcome.chunks_added
+            counts["chunks_removed"] += outcome.chunks_removed
+            counts["malformed_lines"] += outcome.malformed_lines
+        batch_owner = job_id if job_id is not None else (next(iter(per_job)) if len(per_job) == 1 else None)
+        if batch_owner is not None and (embedded or cache_hits):
+            counts = per_job.setdefault(batch_owner, Counter())
+            counts["chunks_embedded"] += embedded
+            counts["cache_hits"] += cache_hits
+        for owner, counts in per_job.items():
+            IndexJob.objects.filter(pk=owner).update(**{name: F(name) + value for name, value in counts.items()})
 
 
 def index_job_run(*, job_id: int) -> IndexJob | None:
-    """Run one job: index each of its pending or failed files. Returns None when the job was not
+    """Run one job: index its pending or failed files in batches. Returns None when the job was not
     claimable (already running, done or failed: running a job twice is harmless).
 
     On a transient provider error the remaining files are still chunked (keyword-searchable) without
@@ -623,29 +681,34 @@ def index_job_run(*, job_id: int) -> IndexJob | None:
     )
     transient: ProviderTransientError | None = None
     internal_errors: list[str] = []
-    for file_id in file_ids:
+    for start in range(0, len(file_ids), INDEX_BATCH_FILES):
+        batch = file_ids[start : start + INDEX_BATCH_FILES]
+        deferred = f"embedding deferred after a transient error: {transient}" if transient else ""
         try:
-            file_index(
-                file_id=file_id,
-                provider=provider,
-                job_id=job_id,
-                defer_embedding=f"embedding deferred after a transient error: {transient}" if transient else "",
-            )
+            files_index(file_ids=batch, provider=provider, job_id=job_id, defer_embedding=deferred)
         except ProviderTransientError as exc:
             transient = exc
-        except Exception as exc:  # one broken file must not block the others; it is marked failed
-            logger.exception("indexing file %s of job %s failed", file_id, job_id)
-            internal_errors.append(f"{exc.__class__.__name__}: {exc}")
+        except Exception:
+            # Isolate the broken file(s): index the batch one by one, so one bad file fails alone.
+            logger.exception("indexing a batch of job %s failed; retrying its files one by one", job_id)
+            for file_id in batch:
+                try:
+                    files_index(file_ids=[file_id], provider=provider, job_id=job_id, defer_embedding=deferred)
+                except ProviderTransientError as exc:
+                    transient = exc
+                except Exception as exc:
+                    logger.exception("indexing file %s of job %s failed", file_id, job_id)
+                    internal_errors.append(f"{exc.__class__.__name__}: {exc}")
     if transient is not None:
         IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
             state=JobState.QUEUED, error=f"transient embedding error, will retry: {transient}"[:2000]
         )
         raise transient
-    failed = list(MemoryFile.objects.filter(job_id=job_id, state=State.FAILED).values_list("path", "last_error")[:5])
-    failed_count = MemoryFile.objects.filter(job_id=job_id, state=State.FAILED).count() if failed else 0
+    failed_files = MemoryFile.objects.filter(job_id=job_id, state=State.FAILED)
+    first_failed = failed_files.values_list("path", "last_error").first()
     error = ""
-    if failed:
-        error = f"{failed_count} file(s) failed; first: {failed[0][0]}: {failed[0][1]}"
+    if first_failed:
+        error = f"{failed_files.count()} file(s) failed; first: {first_failed[0]}: {first_failed[1]}"
     elif internal_errors:
         error = f"{len(internal_errors)} internal error(s); first: {internal_errors[0]}"
     IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
@@ -740,7 +803,13 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
         )
         agent_ids = list(stale_agents)
         if agent_ids:
-            ensure_vector_index(identity.dimensions)
+            # The HNSW index for a new dimension (normally made by `migrate`); a failure here only
+            # means exact vector search until the operator runs migrate.
+            try:
+                with transaction.atomic():
+                    ensure_vector_index(identity.dimensions)
+            except DatabaseError as exc:
+                logger.warning("could not create the vector index for %s dimensions: %s", identity.dimensions, exc)
         for agent in Agent.objects.filter(id__in=agent_ids):
             job = agent_reembed(agent=agent)
             if job is not None:

@@ -15,7 +15,8 @@ def eager_tasks():
     """Celery reads its configuration once, so the eager switch is set on the app itself."""
     old = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
     celery_app.conf.task_always_eager = True
-    celery_app.conf.task_eager_propagates = True
+    # Not propagating lets eager retries run as they would on a worker; tests assert the job's state.
+    celery_app.conf.task_eager_propagates = False
     yield
     celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = old
 
