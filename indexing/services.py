@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from pgvector import Vector
 
 from agents.models import Agent
 from indexing.chunking import ChunkSpan, chunk_markdown
@@ -574,6 +575,23 @@ def files_index(
     return result_list
 
 
+_CHUNK_COPY_COLUMNS = (
+    "agent_id", "file_id", "ordinal", "start_line", "end_line", "text", "text_hash", "token_count",
+    "search_text", "embedding", "embedding_identity", "embedding_dimensions", "created_at",
+)
+
+
+def _chunks_copy(rows: list[tuple]) -> None:
+    """Insert chunk rows with COPY: several times faster than a multi-row INSERT for thousands of
+    chunks (no per-parameter query parsing). search_vector is a generated column, filled by Postgres."""
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY indexing_chunk ({', '.join(_CHUNK_COPY_COLUMNS)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
 def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, embedded: int, cache_hits: int) -> None:
     """Replace the chunk sets and record the results in one transaction, for the files that still
     have the content that was chunked (row locks + hash re-check); the others are left to the newer
@@ -601,24 +619,18 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
             for file_id, digest in Chunk.objects.filter(file_id__in=work_ids).values_list("file_id", "text_hash"):
                 old_hashes.setdefault(file_id, Counter())[digest] += 1
             Chunk.objects.filter(file_id__in=work_ids).delete()
-            new_chunks = []
+            rows = []
             for memory_file, spans in live_work:
                 for ordinal, (span, digest) in enumerate(spans):
                     vector = vectors.get(digest)
-                    new_chunks.append(
-                        Chunk(
-                            agent_id=memory_file.agent_id,
-                            file_id=memory_file.pk,
-                            ordinal=ordinal,
-                            start_line=span.start_line,
-                            end_line=span.end_line,
-                            text=span.text,
-                            text_hash=digest,
-                            token_count=span.token_count,
-                            search_text=keyword_document(span.text),
-                            embedding=vector,
-                            embedding_identity=identity.key if vector is not None else "",
-                            embedding_dimensions=identity.dimensions if vector is not None else None,
+                    rows.append(
+                        (
+                            memory_file.agent_id, memory_file.pk, ordinal, span.start_line, span.end_line, span.text,
+                            digest, span.token_count, keyword_document(span.text),
+                            None if vector is None else Vector._to_db(vector),
+                            identity.key if vector is not None else "",
+                            identity.dimensions if vector is not None else None,
+                            now,
                         )
                     )
                 new_counts, old_counts = Counter(d for _, d in spans), old_hashes.get(memory_file.pk, Counter())
@@ -626,17 +638,17 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
                 outcome.chunks = len(spans)
                 outcome.chunks_added = sum((new_counts - old_counts).values())
                 outcome.chunks_removed = sum((old_counts - new_counts).values())
-            Chunk.objects.bulk_create(new_chunks, batch_size=1000)
+            _chunks_copy(rows)
+        # One UPDATE per distinct result (normally one: all indexed). indexed_hash = content_hash is
+        # exact here: the rows are locked and their hash was just re-checked.
+        by_result: dict[str, list[int]] = {}
         for memory_file in live:
-            outcome = outcomes[memory_file.pk]
-            failed = bool(outcome.error)
-            memory_file.state = State.FAILED if failed else State.INDEXED
-            memory_file.indexed_hash = memory_file.content_hash
-            memory_file.last_error = outcome.error[:2000]
-            memory_file.indexed_at = memory_file.indexed_at if failed else now
-            memory_file.updated_at = now
-        if live:
-            MemoryFile.objects.bulk_update(live, ["state", "indexed_hash", "last_error", "indexed_at", "updated_at"], batch_size=500)
+            by_result.setdefault(outcomes[memory_file.pk].error[:2000], []).append(memory_file.pk)
+        for error, ids in by_result.items():
+            fields = {"state": State.FAILED if error else State.INDEXED, "last_error": error, "updated_at": now}
+            if not error:
+                fields["indexed_at"] = now
+            MemoryFile.objects.filter(pk__in=ids).update(indexed_hash=F("content_hash"), **fields)
 
         # Job counters: per job of the files (normally the one job being run).
         per_job: dict[int, Counter] = {}

@@ -1,0 +1,140 @@
+"""Ingest benchmark: chunks/s into Postgres with a zero-latency embedder, and the server time of an
+unchanged 1,000-file re-sync (which must make zero embedding calls).
+
+    python manage.py bench_ingest [--files 1000] [--sections 6] [--repeat 3]
+
+Runs against the configured database with a throw-away agent (deleted afterwards) and the fake
+provider under a model name of its own, so nothing it embeds is ever served from, or left in, the
+shared cache. The worker side runs in this process (``index_job_run``, exactly what the Celery task
+calls); the API calls go through Django's full request stack in-process (no network).
+"""
+
+import hashlib
+import json
+import statistics
+import time
+import uuid
+
+from django.core.management.base import BaseCommand
+from django.db import connection
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from agents.services import agent_create, agent_token_create
+from indexing.chunking import count_tokens
+from indexing.embeddings import FakeProvider
+from indexing.models import Chunk, EmbeddingCache, IndexJob, MemoryFile
+from indexing.services import index_job_run
+
+WORDS = (
+    "project meeting decided budget launch customer feedback release roadmap design review hiring "
+    "travel invoice contract deadline migration database latency incident postmortem onboarding"
+).split()
+
+
+def zero_cost_vector(self, text: str) -> list[float]:
+    """A deterministic unit-ish vector that costs next to nothing, so the figure measures MemoryHub
+    (chunking, cache, Postgres), not the fake provider's bag-of-words hashing (--fake-vectors keeps it)."""
+    digest = hashlib.blake2b(text.encode(), digest_size=64).digest()
+    return [(b - 127.5) / 1024 for b in digest[: self.identity.dimensions]]
+
+
+def daily_note(run: str, index: int, sections: int) -> str:
+    lines = [f"# Notes {index} ({run})", ""]
+    for s in range(sections):
+        lines += [f"## Topic {s}", ""]
+        for p in range(3):
+            words = [WORDS[(index * 7 + s * 3 + p + k) % len(WORDS)] for k in range(40)]
+            lines += [f"Paragraph {p} of topic {s} in note {index}: " + " ".join(words) + ".", ""]
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = "Measure ingest throughput (chunks/s) and the unchanged re-sync time of a workspace."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--files", type=int, default=1000)
+        parser.add_argument("--sections", type=int, default=6, help="## sections per file (about one chunk each)")
+        parser.add_argument("--repeat", type=int, default=3, help="timed repetitions of the unchanged re-sync")
+        parser.add_argument(
+            "--fake-vectors", action="store_true",
+            help="compute the fake provider's real bag-of-words vectors (CPU-bound, not zero cost)",
+        )
+
+    def handle(self, *args, files: int, sections: int, repeat: int, fake_vectors: bool, **options):
+        if not fake_vectors:
+            FakeProvider._vector = zero_cost_vector
+        run = uuid.uuid4().hex[:8]
+        model = f"bench-{run}"
+        with override_settings(
+            MEMORYHUB_EMBEDDING_PROVIDER="fake",
+            MEMORYHUB_EMBEDDING_MODEL=model,
+            MEMORYHUB_EMBEDDING_DIMENSIONS=64,
+            MEMORYHUB_EMBEDDING_FAKE_LATENCY=0.0,
+            ALLOWED_HOSTS=["*"],
+        ):
+            agent = agent_create(slug=f"bench-{run}")
+            try:
+                self._bench(agent, run, files, sections, repeat, fake_vectors)
+            finally:
+                agent.delete()
+                EmbeddingCache.objects.filter(model=model).delete()
+
+    def _bench(self, agent, run, files, sections, repeat, options_fake=False):
+        _, raw_token = agent_token_create(agent=agent, label="bench")
+        client = APIClient(SERVER_NAME="localhost")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_token}")
+        contents = {f"memory/2026-{i // 28 % 12 + 1:02}-{i % 28 + 1:02}-{i:04}.md": daily_note(run, i, sections) for i in range(files)}
+        payload = {"files": [{"path": p, "content": c} for p, c in contents.items()]}
+        body = json.dumps(payload).encode()
+        out = self.stdout.write
+        out(f"database: PostgreSQL {connection.cursor().connection.info.server_version}, {files} files, "
+            f"{len(body) / 1e6:.1f} MB of JSON, provider fake (zero latency, 64 dims, "
+            f"{'bag-of-words' if options_fake else 'zero-cost'} vectors)")
+
+        count_tokens("warm up the tokenizer, as a running worker has")
+        # 1. First sync (web side) and indexing (worker side).
+        FakeProvider.reset_counts()
+        t0 = time.perf_counter()
+        response = client.generic("POST", "/api/v1/sync", body, content_type="application/json")
+        sync_seconds = time.perf_counter() - t0
+        assert response.status_code == 200, response.content[:500]
+        job_id = response.json()["job"]
+        t0 = time.perf_counter()
+        index_job_run(job_id=job_id)
+        index_seconds = time.perf_counter() - t0
+        job = IndexJob.objects.get(pk=job_id)
+        chunks = Chunk.objects.filter(agent=agent).count()
+        assert job.state == "done", job.error
+        out(f"first sync, web side (store {files} files + enqueue): {sync_seconds * 1000:.0f} ms")
+        out(f"indexing, worker side: {chunks} chunks in {index_seconds:.2f} s = {chunks / index_seconds:,.0f} chunks/s "
+            f"({FakeProvider.texts_embedded} texts embedded in {FakeProvider.calls} provider calls)")
+        out(f"end to end (sync + index): {chunks / (sync_seconds + index_seconds):,.0f} chunks/s")
+
+        # 2. Unchanged re-sync: hash-only, and with full content.
+        hashes = json.dumps(
+            {"files": [{"path": p, "hash": hashlib.sha256(c.encode()).hexdigest()} for p, c in contents.items()]}
+        ).encode()
+        for label, request_body in (("hash-only", hashes), ("full content", body)):
+            timings = []
+            FakeProvider.reset_counts()
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                response = client.generic("POST", "/api/v1/sync", request_body, content_type="application/json")
+                timings.append(time.perf_counter() - t0)
+                result = response.json()
+                assert response.status_code == 200 and result["job"] is None and result["unchanged"] == files, result
+            out(f"unchanged re-sync of {files} files ({label}, {len(request_body) / 1e6:.1f} MB): "
+                f"median {statistics.median(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms over {repeat} runs; "
+                f"jobs 0, embedding calls {FakeProvider.calls}")
+
+        # 3. Edit one paragraph in 10 files: only those chunks are embedded.
+        edited = list(contents)[:10]
+        edit = {"files": [{"path": p, "content": contents[p].replace("Paragraph 1 of topic 2", "Edited paragraph of topic 2")} for p in edited]}
+        FakeProvider.reset_counts()
+        response = client.post("/api/v1/sync", edit, format="json")
+        index_job_run(job_id=response.json()["job"])
+        job = IndexJob.objects.get(pk=response.json()["job"])
+        out(f"edit one paragraph in 10 files: {FakeProvider.texts_embedded} texts embedded "
+            f"(chunks added {job.chunks_added}, reused {job.cache_hits})")
+        assert MemoryFile.objects.filter(agent=agent, state="indexed").count() == files
