@@ -55,7 +55,7 @@ def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: in
         for digest, embedding in cache.filter(text_hash__in=distinct[start : start + _LOOKUP_BATCH]).values_list(
             "text_hash", "embedding"
         ):
-            found[digest] = [float(x) for x in embedding]
+            found[digest] = list(embedding)
 
     first_text = {}
     for digest, text in zip(hashes, texts):

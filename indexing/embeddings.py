@@ -22,6 +22,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -90,8 +91,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 class FakeProvider(EmbeddingProvider):
     """Deterministic embeddings without a network, for tests and benchmarks (provider name ``fake``).
 
-    A signed hashed bag of words: every lowercased word (weight 1) and each of its character trigrams
-    (weight 0.5) lands in one of ``dimensions`` buckets, then the vector is L2-normalised. Texts that
+    A signed hashed bag of words: every lowercased word (weight 1) and the 5-letter prefix of longer words
+    (weight 0.5) land in one of ``dimensions`` buckets, then the vector is L2-normalised. Texts that
     share words are close; unrelated texts are near orthogonal. Document calls are counted at class
     level (``calls``, ``texts_embedded``; queries separately in ``queries_embedded``) so tests can prove
     that unchanged text is never embedded twice. ``fail_next(error, times=n)`` makes the next n document
@@ -102,6 +103,7 @@ class FakeProvider(EmbeddingProvider):
     texts_embedded = 0
     queries_embedded = 0
     _failures: list[Exception] = []
+    _features: dict[int, dict[str, tuple]] = {}  # dimensions → word → contributions (pure cache)
     _lock = threading.Lock()
 
     def __init__(self, identity: EmbeddingIdentity, *, latency: float = 0.0) -> None:
@@ -141,19 +143,38 @@ class FakeProvider(EmbeddingProvider):
     def _vector(self, text: str) -> Vector:
         dimensions = self.identity.dimensions
         vector = [0.0] * dimensions
-        for word in _WORD.findall(text.lower()):
-            features = [(word, 1.0)]
-            padded = f"#{word}#"
-            features.extend((padded[i : i + 3], 0.5) for i in range(len(padded) - 2))
-            for feature, weight in features:
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                bucket = int.from_bytes(digest[:4], "little") % dimensions
-                vector[bucket] += weight if digest[4] & 1 else -weight
+        features = FakeProvider._features.setdefault(dimensions, {})
+        for word, count in Counter(_WORD.findall(text.lower())).items():
+            contributions = features.get(word)
+            if contributions is None:
+                if len(features) > 200_000:  # bounded memory for long benchmark runs
+                    features.clear()
+                contributions = features[word] = _word_features(word, dimensions)
+            for bucket, weight in contributions:
+                vector[bucket] += weight * count
         norm = math.sqrt(sum(v * v for v in vector))
         if not norm:  # no words at all: a fixed unit vector, never a zero vector (cosine would be NaN)
             vector[0] = 1.0
             return vector
         return [v / norm for v in vector]
+
+
+def _word_features(word: str, dimensions: int) -> tuple[tuple[int, float], ...]:
+    """(bucket, signed weight) of a word (1.0) and, for longer words, of its 5-letter prefix (0.5).
+
+    The prefix is a crude stemmer (deploy / deployed / deployment share "deplo"); character trigrams
+    would be closer to real embeddings but cost several times more per word, and the fake must stay far
+    faster than the ingest target of 1,000 chunks/s.
+    """
+    features = [(word, 1.0)]
+    if len(word) > 5:
+        features.append((word[:5] + "…", 0.5))
+    contributions = []
+    for feature, weight in features:
+        digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+        bucket = int.from_bytes(digest[:4], "little") % dimensions
+        contributions.append((bucket, weight if digest[4] & 1 else -weight))
+    return tuple(contributions)
 
 
 # --- openai ----------------------------------------------------------------------------------------
@@ -277,7 +298,8 @@ class OpenAIProvider(EmbeddingProvider):
             message = str(exc)
         if len(batch) == 1:
             if not any(v is not None for v in vectors) and not rejected:
-                # The very first input we could isolate failed: check that the request as such is fine.
+                # Nothing has worked yet and this input fails alone: a bad input and a bad request (model,
+                # dimensions…) look the same here, so say the request is wrong rather than hide it.
                 raise ProviderPermanentError(f"the embedding request was rejected: {message}")
             rejected[batch[0]] = message
             return
@@ -343,11 +365,16 @@ def _error_message(exc) -> str:
 
 
 def _retry_after(exc) -> float | None:
-    try:
-        value = exc.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (AttributeError, ValueError):
-        return None
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``retry-after`` in seconds), if any."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            value = headers.get(name)
+            if value is not None:
+                return float(value) / scale
+        except ValueError:  # an HTTP date: ignore it, the backoff applies
+            continue
+    return None
 
 
 # --- local -----------------------------------------------------------------------------------------

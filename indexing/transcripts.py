@@ -19,7 +19,9 @@ a transcript is never rejected for them. Blank lines are neither messages nor ma
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from indexing.chunking import ChunkSpan, chunk_markdown
 
 _SPEAKERS = {"user": "User", "human": "User", "assistant": "Assistant", "ai": "Assistant", "model": "Assistant"}
 _TEXT_PART_TYPES = {"text", "input_text", "output_text"}
@@ -111,3 +113,19 @@ def map_lines(span_start: int, span_end: int, line_map: list[int]) -> tuple[int,
     first = min(max(span_start, 1), len(line_map))
     last = min(max(span_end, first), len(line_map))
     return line_map[first - 1], line_map[last - 1]
+
+
+def chunk_transcript(raw: str, *, max_tokens: int = 400, overlap_tokens: int = 80) -> tuple[list[ChunkSpan], Transcript]:
+    """Chunks of a JSONL transcript whose line ranges are JSONL lines of ``raw`` (what results cite).
+
+    Each chunk's text is the ``User: …`` / ``Assistant: …`` lines it covers; ``start_line``/``end_line`` are
+    the JSONL lines of its first and last message (records in between that were dropped, such as tool
+    calls, fall inside the range). Appending records appends messages, so, as for markdown, only the last
+    chunk changes and everything before it is reused.
+    """
+    transcript = transcript_from_jsonl(raw)
+    chunks = []
+    for chunk in chunk_markdown(transcript.text, max_tokens=max_tokens, overlap_tokens=overlap_tokens):
+        start, end = map_lines(chunk.start_line, chunk.end_line, transcript.line_map)
+        chunks.append(replace(chunk, start_line=start, end_line=end))
+    return chunks, transcript

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from indexing.chunking import chunk_markdown
-from indexing.transcripts import map_lines, transcript_from_jsonl
+from indexing.transcripts import chunk_transcript, map_lines, transcript_from_jsonl
 
 
 def jsonl(*records) -> str:
@@ -94,3 +94,21 @@ def test_map_lines_clamps_and_rejects_an_empty_map():
     assert map_lines(0, 1, [3, 5, 9]) == (3, 3)
     with pytest.raises(ValueError):
         map_lines(1, 1, [])
+
+
+def test_chunk_transcript_cites_jsonl_lines_and_appending_reuses_all_but_the_last_chunk():
+    records = []
+    for i in range(300):
+        records.append({"type": "message", "message": {"role": "user" if i % 2 == 0 else "assistant",
+                                                       "content": [{"type": "text", "text": f"turn {i} " + "talk " * 20}]}})
+        records.append({"type": "tool_result", "content": "noise"})
+    before = jsonl(*records[:400])
+    after = before + jsonl(*records[400:])
+    old, transcript = chunk_transcript(before)
+    new, _ = chunk_transcript(after)
+    assert transcript.messages == 200 and len(old) > 5
+    for chunk in old:
+        assert chunk.start_line % 2 == 1 and chunk.end_line % 2 == 1  # message records are the odd JSONL lines
+        first_turn = int(chunk.text.split("\n")[0].split()[2])
+        assert chunk.start_line == 2 * first_turn + 1
+    assert new[: len(old) - 1] == old[:-1]
