@@ -34,7 +34,7 @@ from indexing.chunking import ChunkSpan, chunk_markdown
 from indexing.embedding_identity import configured_identity
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize, source_resolve
-from indexing.transcripts import map_lines, transcript_from_jsonl
+from indexing.transcripts import chunk_transcript
 from memoryhub.errors import ApiError
 from search.text import keyword_document
 
@@ -437,11 +437,7 @@ def file_chunk_spans(*, memory_file: MemoryFile, max_tokens: int, overlap_tokens
     """The chunks of a file's content with line ranges of the stored file, and its malformed JSONL lines."""
     if memory_file.source != MemoryFile.Source.SESSION:
         return chunk_markdown(memory_file.content, max_tokens=max_tokens, overlap_tokens=overlap_tokens), 0
-    transcript = transcript_from_jsonl(memory_file.content)
-    spans = []
-    for span in chunk_markdown(transcript.text, max_tokens=max_tokens, overlap_tokens=overlap_tokens):
-        start, end = map_lines(span.start_line, span.end_line, transcript.line_map)
-        spans.append(ChunkSpan(start_line=start, end_line=end, text=span.text, token_count=span.token_count))
+    spans, transcript = chunk_transcript(memory_file.content, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
     return spans, transcript.malformed_lines
 
 

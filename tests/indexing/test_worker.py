@@ -78,10 +78,12 @@ def worker(tmp_path, settings):
     celery_app.conf.task_always_eager = False
     task = index_job_task._get_current_object()
     task.queue = queue
+    task._exec_options = None  # Celery caches a task's routing options on first use
     try:
         yield process, log
     finally:
         del task.queue
+        task._exec_options = None
     process.terminate()
     try:
         process.wait(timeout=20)

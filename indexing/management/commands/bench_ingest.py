@@ -11,6 +11,7 @@ calls); the API calls go through Django's full request stack in-process (no netw
 
 import hashlib
 import json
+import os
 import statistics
 import time
 import uuid
@@ -88,6 +89,7 @@ class Command(BaseCommand):
         payload = {"files": [{"path": p, "content": c} for p, c in contents.items()]}
         body = json.dumps(payload).encode()
         out = self.stdout.write
+        out("load average before: %.2f %.2f %.2f (machine has %d CPUs)" % (*os.getloadavg(), os.cpu_count()))
         out(f"database: PostgreSQL {connection.cursor().connection.info.server_version}, {files} files, "
             f"{len(body) / 1e6:.1f} MB of JSON, provider fake (zero latency, 64 dims, "
             f"{'bag-of-words' if options_fake else 'zero-cost'} vectors)")
@@ -138,3 +140,4 @@ class Command(BaseCommand):
         out(f"edit one paragraph in 10 files: {FakeProvider.texts_embedded} texts embedded "
             f"(chunks added {job.chunks_added}, reused {job.cache_hits})")
         assert MemoryFile.objects.filter(agent=agent, state="indexed").count() == files
+        out("load average after: %.2f %.2f %.2f" % os.getloadavg())
