@@ -33,13 +33,6 @@ WORDS = (
 ).split()
 
 
-def zero_cost_vector(self, text: str) -> list[float]:
-    """A deterministic unit-ish vector that costs next to nothing, so the figure measures MemoryHub
-    (chunking, cache, Postgres), not the fake provider's bag-of-words hashing (--fake-vectors keeps it)."""
-    digest = hashlib.blake2b(text.encode(), digest_size=64).digest()
-    return [(b - 127.5) / 1024 for b in digest[: self.identity.dimensions]]
-
-
 def daily_note(run: str, index: int, sections: int) -> str:
     lines = [f"# Notes {index} ({run})", ""]
     for s in range(sections):
@@ -57,14 +50,8 @@ class Command(BaseCommand):
         parser.add_argument("--files", type=int, default=1000)
         parser.add_argument("--sections", type=int, default=6, help="## sections per file (about one chunk each)")
         parser.add_argument("--repeat", type=int, default=3, help="timed repetitions of the unchanged re-sync")
-        parser.add_argument(
-            "--fake-vectors", action="store_true",
-            help="compute the fake provider's real bag-of-words vectors (CPU-bound, not zero cost)",
-        )
 
-    def handle(self, *args, files: int, sections: int, repeat: int, fake_vectors: bool, **options):
-        if not fake_vectors:
-            FakeProvider._vector = zero_cost_vector
+    def handle(self, *args, files: int, sections: int, repeat: int, **options):
         run = uuid.uuid4().hex[:8]
         model = f"bench-{run}"
         with override_settings(
@@ -76,12 +63,12 @@ class Command(BaseCommand):
         ):
             agent = agent_create(slug=f"bench-{run}")
             try:
-                self._bench(agent, run, files, sections, repeat, fake_vectors)
+                self._bench(agent, run, files, sections, repeat)
             finally:
                 agent.delete()
                 EmbeddingCache.objects.filter(model=model).delete()
 
-    def _bench(self, agent, run, files, sections, repeat, options_fake=False):
+    def _bench(self, agent, run, files, sections, repeat):
         _, raw_token = agent_token_create(agent=agent, label="bench")
         client = APIClient(SERVER_NAME="localhost")
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_token}")
@@ -91,8 +78,7 @@ class Command(BaseCommand):
         out = self.stdout.write
         out("load average before: %.2f %.2f %.2f (machine has %d CPUs)" % (*os.getloadavg(), os.cpu_count()))
         out(f"database: PostgreSQL {connection.cursor().connection.info.server_version}, {files} files, "
-            f"{len(body) / 1e6:.1f} MB of JSON, provider fake (zero latency, 64 dims, "
-            f"{'bag-of-words' if options_fake else 'zero-cost'} vectors)")
+            f"{len(body) / 1e6:.1f} MB of JSON, provider fake (zero latency, 64 dims)")
 
         count_tokens("warm up the tokenizer, as a running worker has")
         # 1. First sync (web side) and indexing (worker side).
