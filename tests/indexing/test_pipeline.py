@@ -345,3 +345,72 @@ def test_with_provider_none_files_are_indexed_for_keywords_only(alice, settings,
     assert memory_file.state == "indexed"
     assert Chunk.objects.get(file=memory_file).embedding is None
     assert keyword_hits(alice.agent, "kumquat") == 1
+
+
+def test_declaring_another_source_for_the_same_text_indexes_it_again(alice, fake_embeddings, indexed):
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="notes/me.md", content="I like tea.")
+        same, job = file_ingest(agent=alice.agent, path="notes/me.md", content="I like tea.", source="memory")
+    assert job is not None
+    memory_file.refresh_from_db()
+    assert memory_file.source == "memory" and memory_file.state == "indexed"
+    assert fake_embeddings.texts_embedded == 1  # re-chunked, vector reused
+
+
+def test_invalid_chunk_overrides_fall_back_to_the_defaults(alice, settings):
+    from indexing.services import chunk_sizes
+
+    for overrides in ({"chunk_tokens": "big"}, {"chunk_tokens": 10}, {"chunk_tokens": 100, "chunk_overlap": 100}, {"chunk_tokens": True}):
+        alice.agent.overrides = overrides
+        assert chunk_sizes(agent=alice.agent) == (settings.MEMORYHUB_CHUNK_TOKENS, settings.MEMORYHUB_CHUNK_OVERLAP)
+    alice.agent.overrides = {"chunk_tokens": 200}
+    assert chunk_sizes(agent=alice.agent) == (200, 40)
+
+
+def test_the_periodic_task_requeues_a_pending_file_whose_job_is_over(alice, fake_embeddings, indexed):
+    from indexing.tasks import index_maintenance_task
+
+    memory_file, job = file_ingest(agent=alice.agent, path="memory/a.md", content="Orphaned.")  # never enqueued
+    IndexJob.objects.filter(pk=job.pk).update(state="failed")
+    MemoryFile.objects.filter(pk=memory_file.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    with indexed():
+        result = index_maintenance_task.apply().get()
+    assert result["requeued_files"] == 1
+    memory_file.refresh_from_db()
+    assert memory_file.state == "indexed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_uploads_to_one_path_leave_exactly_one_version(alice, fake_embeddings):
+    """Real threads, real transactions: whichever upload commits last is what the index holds."""
+    import threading
+
+    from django.db import connection
+
+    versions = [f"## Version {n}\n\n" + "\n\n".join(f"Paragraph {p} of version {n}." for p in range(20)) for n in range(4)]
+    barrier = threading.Barrier(len(versions))
+    errors = []
+
+    def upload(text):
+        try:
+            barrier.wait()
+            file_ingest(agent=alice.agent, path="memory/contested.md", content=text)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=upload, args=(v,)) for v in versions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    memory_file = MemoryFile.objects.get(agent=alice.agent, path="memory/contested.md")
+    # Every job has run (eagerly, on commit, in its own thread); run any leftover once more.
+    for job_id in IndexJob.objects.filter(agent=alice.agent).values_list("id", flat=True):
+        index_job_task.apply(args=[job_id])
+    memory_file.refresh_from_db()
+    assert memory_file.state == "indexed"
+    texts = "\n\n".join(Chunk.objects.filter(file=memory_file).order_by("ordinal").values_list("text", flat=True))
+    assert texts == memory_file.content
