@@ -408,8 +408,6 @@ class FileIndexOutcome:
     chunks: int = 0
     chunks_added: int = 0
     chunks_removed: int = 0
-    embedded: int = 0
-    cache_hits: int = 0
     malformed_lines: int = 0
     error: str = ""
 
@@ -442,7 +440,25 @@ def file_chunk_spans(*, memory_file: MemoryFile, max_tokens: int, overlap_tokens
 
 
 # Files indexed together: one claim, one reuse lookup, one embedding call, one write transaction.
+# Bounded by count and by content size, so a batch of large files stays small in memory.
 INDEX_BATCH_FILES = 100
+INDEX_BATCH_BYTES = 8 * 1024 * 1024
+
+
+def _batches(rows: list[tuple[int, int]]) -> list[list[int]]:
+    """Group (file id, size) rows into batches of at most INDEX_BATCH_FILES files / INDEX_BATCH_BYTES."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for file_id, size in rows:
+        if current and (len(current) >= INDEX_BATCH_FILES or current_bytes + size > INDEX_BATCH_BYTES):
+            batches.append(current)
+            current, current_bytes = [], 0
+        current.append(file_id)
+        current_bytes += size
+    if current:
+        batches.append(current)
+    return batches
 
 _DEFAULT = object()
 
@@ -684,13 +700,12 @@ def index_job_run(*, job_id: int) -> IndexJob | None:
     if not claimed:
         return None
     provider = get_provider()
-    file_ids = list(
-        MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.FAILED]).order_by("id").values_list("id", flat=True)
+    rows = list(
+        MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.FAILED]).order_by("id").values_list("id", "size")
     )
     transient: ProviderTransientError | None = None
     internal_errors: list[str] = []
-    for start in range(0, len(file_ids), INDEX_BATCH_FILES):
-        batch = file_ids[start : start + INDEX_BATCH_FILES]
+    for batch in _batches(rows):
         deferred = f"embedding deferred after a transient error: {transient}" if transient else ""
         try:
             files_index(file_ids=batch, provider=provider, job_id=job_id, defer_embedding=deferred)

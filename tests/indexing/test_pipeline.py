@@ -414,3 +414,12 @@ def test_concurrent_uploads_to_one_path_leave_exactly_one_version(alice, fake_em
     assert memory_file.state == "indexed"
     texts = "\n\n".join(Chunk.objects.filter(file=memory_file).order_by("ordinal").values_list("text", flat=True))
     assert texts == memory_file.content
+
+
+def test_batches_are_bounded_by_files_and_by_bytes(monkeypatch):
+    import indexing.services as services
+
+    monkeypatch.setattr(services, "INDEX_BATCH_FILES", 3)
+    monkeypatch.setattr(services, "INDEX_BATCH_BYTES", 100)
+    rows = [(1, 10), (2, 10), (3, 10), (4, 10), (5, 95), (6, 200), (7, 1)]
+    assert services._batches(rows) == [[1, 2, 3], [4], [5], [6], [7]]
