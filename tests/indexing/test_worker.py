@@ -73,26 +73,26 @@ def worker(tmp_path, settings):
             ],
             cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
-    # This process publishes for real, to the worker's queue only (the autouse eager fixture restores
-    # the eager switch afterwards).
-    celery_app.conf.task_always_eager = False
     task = index_job_task._get_current_object()
-    task.queue = queue
-    task._exec_options = None  # Celery caches a task's routing options on first use
     try:
+        # This process publishes for real, to the worker's queue only (the autouse eager fixture
+        # restores the eager switch afterwards).
+        celery_app.conf.task_always_eager = False
+        task.queue = queue
+        task._exec_options = None  # Celery caches a task's routing options on first use
         yield process, log
     finally:
-        del task.queue
+        task.__dict__.pop("queue", None)
         task._exec_options = None
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    import redis
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        import redis
 
-    redis.Redis.from_url(settings.REDIS_URL).delete(queue)
+        redis.Redis.from_url(settings.REDIS_URL).delete(queue)
 
 
 @pytest.mark.worker
