@@ -695,7 +695,7 @@ def index_job_run(*, job_id: int) -> IndexJob | None:
 
     now = timezone.now()
     claimed = IndexJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(
-        state=JobState.RUNNING, started_at=Coalesce(F("started_at"), now), attempts=F("attempts") + 1, error=""
+        state=JobState.RUNNING, started_at=now, attempts=F("attempts") + 1, error=""
     )
     if not claimed:
         return None

@@ -189,6 +189,8 @@ MEMORYHUB_INDEX_RETRY_BACKOFF_MAX = env_int("MEMORYHUB_INDEX_RETRY_BACKOFF_MAX",
 MEMORYHUB_INDEX_MAINTENANCE_INTERVAL = env_int("MEMORYHUB_INDEX_MAINTENANCE_INTERVAL", 300, minimum=10)
 # A file or job still indexing or queued after this many seconds is considered stuck and re-queued.
 MEMORYHUB_INDEX_STUCK_AFTER = env_int("MEMORYHUB_INDEX_STUCK_AFTER", 900, minimum=60)
+if MEMORYHUB_INDEX_STUCK_AFTER <= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured("MEMORYHUB_INDEX_STUCK_AFTER must exceed MEMORYHUB_TASK_TIME_LIMIT (a live job is not stuck)")
 # A file whose indexing failed is retried by the periodic task after this many seconds.
 MEMORYHUB_INDEX_RETRY_FAILED_AFTER = env_int("MEMORYHUB_INDEX_RETRY_FAILED_AFTER", 900, minimum=60)
 CELERY_BEAT_SCHEDULE = {
