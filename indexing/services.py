@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -670,7 +671,8 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
             if owner is None or outcome.skipped:
                 continue
             counts = per_job.setdefault(owner, Counter())
-            counts["files_changed"] += 1
+            # A retry that only adds missing vectors is not another change of the file.
+            counts["files_changed"] += memory_file.indexed_hash != memory_file.content_hash
             counts["chunks_added"] += outcome.chunks_added
             counts["chunks_removed"] += outcome.chunks_removed
             counts["malformed_lines"] += outcome.malformed_lines
@@ -683,15 +685,41 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
             IndexJob.objects.filter(pk=owner).update(**{name: F(name) + value for name, value in counts.items()})
 
 
-def index_job_run(*, job_id: int) -> IndexJob | None:
+def _index_batch(*, batch: list[int], provider, job_id: int, deferred: str) -> tuple[Exception | None, list[str]]:
+    """Index one batch; on an unexpected error, index its files one by one so one bad file fails
+    alone. Returns (the transient provider error met, if any; internal error messages)."""
+    from indexing.embeddings import ProviderTransientError
+
+    try:
+        files_index(file_ids=batch, provider=provider, job_id=job_id, defer_embedding=deferred)
+        return None, []
+    except ProviderTransientError as exc:
+        return exc, []
+    except Exception:
+        logger.exception("indexing a batch of job %s failed; retrying its files one by one", job_id)
+    transient, internal_errors = None, []
+    for file_id in batch:
+        try:
+            files_index(file_ids=[file_id], provider=provider, job_id=job_id, defer_embedding=deferred)
+        except ProviderTransientError as exc:
+            transient = exc
+        except Exception as exc:
+            logger.exception("indexing file %s of job %s failed", file_id, job_id)
+            internal_errors.append(f"{exc.__class__.__name__}: {exc}")
+    return transient, internal_errors
+
+
+def index_job_run(*, job_id: int, dispatch_batch: Callable[[int, list[int]], None] | None = None) -> IndexJob | None:
     """Run one job: index its pending or failed files in batches. Returns None when the job was not
     claimable (already running, done or failed: running a job twice is harmless).
 
-    On a transient provider error the remaining files are still chunked (keyword-searchable) without
-    calling the provider again, the job goes back to ``queued`` and the error is re-raised so the task
-    retries with backoff.
+    With ``dispatch_batch`` (the Celery task passes one that enqueues ``index_batch_task``), a job of
+    several batches is fanned out so that every worker process can take a share; the last batch to
+    finish settles the job (``index_job_settle``). Otherwise the batches run here, in order: on a
+    transient provider error the remaining files are still chunked (keyword-searchable) without calling
+    the provider again, the job goes back to ``queued`` and the error is re-raised so the task retries.
     """
-    from indexing.embeddings import ProviderTransientError, get_provider
+    from indexing.embeddings import get_provider
 
     now = timezone.now()
     claimed = IndexJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(
@@ -699,34 +727,49 @@ def index_job_run(*, job_id: int) -> IndexJob | None:
     )
     if not claimed:
         return None
-    provider = get_provider()
     rows = list(
         MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.FAILED]).order_by("id").values_list("id", "size")
     )
-    transient: ProviderTransientError | None = None
+    batches = _batches(rows)
+    if dispatch_batch is not None and len(batches) > 1:
+        for batch in batches:
+            dispatch_batch(job_id, batch)
+        return IndexJob.objects.get(pk=job_id)
+
+    provider = get_provider()
+    transient = None
     internal_errors: list[str] = []
-    for batch in _batches(rows):
+    for batch in batches:
         deferred = f"embedding deferred after a transient error: {transient}" if transient else ""
-        try:
-            files_index(file_ids=batch, provider=provider, job_id=job_id, defer_embedding=deferred)
-        except ProviderTransientError as exc:
-            transient = exc
-        except Exception:
-            # Isolate the broken file(s): index the batch one by one, so one bad file fails alone.
-            logger.exception("indexing a batch of job %s failed; retrying its files one by one", job_id)
-            for file_id in batch:
-                try:
-                    files_index(file_ids=[file_id], provider=provider, job_id=job_id, defer_embedding=deferred)
-                except ProviderTransientError as exc:
-                    transient = exc
-                except Exception as exc:
-                    logger.exception("indexing file %s of job %s failed", file_id, job_id)
-                    internal_errors.append(f"{exc.__class__.__name__}: {exc}")
+        met, errors = _index_batch(batch=batch, provider=provider, job_id=job_id, deferred=deferred)
+        transient = transient or met
+        internal_errors += errors
     if transient is not None:
         IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
             state=JobState.QUEUED, error=f"transient embedding error, will retry: {transient}"[:2000]
         )
         raise transient
+    return index_job_settle(job_id=job_id, internal_errors=internal_errors)
+
+
+def index_job_batch_run(*, job_id: int, file_ids: list[int]) -> IndexJob | None:
+    """One batch of a fanned-out job (worker side). A transient provider error is re-raised (after the
+    batch's files were written without the missing vectors) so the batch task retries; otherwise the
+    job is settled if this was its last unfinished batch."""
+    from indexing.embeddings import get_provider
+
+    transient, internal_errors = _index_batch(batch=file_ids, provider=get_provider(), job_id=job_id, deferred="")
+    if transient is not None:
+        raise transient
+    return index_job_settle(job_id=job_id, internal_errors=internal_errors)
+
+
+def index_job_settle(*, job_id: int, internal_errors: list[str] | None = None) -> IndexJob | None:
+    """Finish a running job once none of its files is pending or indexing: done, or failed with the
+    first failure. Safe to call from every batch (only the last one finds nothing left), and a later
+    successful retry of a batch turns a failed job done."""
+    if MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.INDEXING]).exists():
+        return None
     failed_files = MemoryFile.objects.filter(job_id=job_id, state=State.FAILED)
     first_failed = failed_files.values_list("path", "last_error").first()
     error = ""
@@ -734,10 +777,10 @@ def index_job_run(*, job_id: int) -> IndexJob | None:
         error = f"{failed_files.count()} file(s) failed; first: {first_failed[0]}: {first_failed[1]}"
     elif internal_errors:
         error = f"{len(internal_errors)} internal error(s); first: {internal_errors[0]}"
-    IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
+    IndexJob.objects.filter(pk=job_id, state__in=[JobState.RUNNING, JobState.FAILED]).update(
         state=JobState.FAILED if error else JobState.DONE, error=error[:2000], finished_at=timezone.now()
     )
-    return IndexJob.objects.get(pk=job_id)
+    return IndexJob.objects.filter(pk=job_id).first()
 
 
 def index_job_fail(*, job_id: int, reason: str) -> None:

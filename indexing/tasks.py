@@ -23,8 +23,7 @@ class IndexJobTask(Task):
         super().on_failure(exc, task_id, args, kwargs, einfo)
 
 
-@shared_task(
-    base=IndexJobTask,
+RETRYING = dict(
     acks_late=True,
     reject_on_worker_lost=True,
     autoretry_for=(ProviderTransientError,),
@@ -33,10 +32,37 @@ class IndexJobTask(Task):
     retry_jitter=True,
     max_retries=settings.MEMORYHUB_INDEX_MAX_RETRIES,
 )
-def index_job_task(job_id: int) -> None:
+
+
+@shared_task(base=IndexJobTask, bind=True, **RETRYING)
+def index_job_task(self, job_id: int) -> None:
+    """Run a job; a job of several batches fans out to index_batch_task on the same queue."""
     from indexing.services import index_job_run
 
-    index_job_run(job_id=job_id)
+    queue = (self.request.delivery_info or {}).get("routing_key") if not self.request.is_eager else None
+
+    def dispatch(job: int, file_ids: list[int]) -> None:
+        index_batch_task.apply_async(args=[job, file_ids], queue=queue)
+
+    index_job_run(job_id=job_id, dispatch_batch=None if self.request.is_eager else dispatch)
+
+
+class IndexBatchTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        from indexing.services import index_job_settle
+
+        job_id = args[0] if args else kwargs.get("job_id")
+        if job_id is not None:
+            index_job_settle(job_id=job_id, internal_errors=[f"{exc.__class__.__name__}: {exc}"])
+        super().on_failure(exc, task_id, args, kwargs, einfo)
+
+
+@shared_task(base=IndexBatchTask, **RETRYING)
+def index_batch_task(job_id: int, file_ids: list[int]) -> None:
+    """One batch of a fanned-out job; the last batch to finish settles the job."""
+    from indexing.services import index_job_batch_run
+
+    index_job_batch_run(job_id=job_id, file_ids=file_ids)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)

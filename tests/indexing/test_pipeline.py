@@ -423,3 +423,25 @@ def test_batches_are_bounded_by_files_and_by_bytes(monkeypatch):
     monkeypatch.setattr(services, "INDEX_BATCH_BYTES", 100)
     rows = [(1, 10), (2, 10), (3, 10), (4, 10), (5, 95), (6, 200), (7, 1)]
     assert services._batches(rows) == [[1, 2, 3], [4], [5], [6], [7]]
+
+
+def test_a_job_of_several_batches_fans_out_and_the_last_batch_settles_it(alice, fake_embeddings, monkeypatch):
+    import indexing.services as services
+    from indexing.services import index_job_run
+    from indexing.tasks import index_batch_task
+
+    monkeypatch.setattr(services, "INDEX_BATCH_FILES", 2)
+    outcome = workspace_sync(agent=alice.agent, entries=[SyncEntry(path=f"n/{i}.md", content=f"note {i} on figs") for i in range(5)])
+    dispatched = []
+    fake_embeddings.fail_next(ProviderTransientError("429"))  # the first batch is retried once
+
+    job = index_job_run(job_id=outcome.job.id, dispatch_batch=lambda job_id, ids: dispatched.append(ids))
+    assert job.state == "running" and dispatched == [dispatched[0], dispatched[1], dispatched[2]] and len(dispatched) == 3
+    for ids in dispatched:
+        index_batch_task.apply(args=[outcome.job.id, ids])
+        if ids is not dispatched[-1]:
+            assert IndexJob.objects.get(pk=outcome.job.id).state == "running"
+    job = IndexJob.objects.get(pk=outcome.job.id)
+    assert (job.state, job.files_changed, job.chunks_added, job.chunks_embedded) == ("done", 5, 5, 5)
+    assert MemoryFile.objects.filter(agent=alice.agent, state="indexed").count() == 5
+    assert index_job_run(job_id=outcome.job.id, dispatch_batch=dispatched.append) is None  # claimed once only

@@ -126,3 +126,24 @@ def test_an_upload_is_indexed_by_a_real_worker(alice, worker, settings):
     assert set(chunks.values_list("embedding_identity", flat=True)) == {"fake:fake-hash:64"}
     assert alice.client.get("/api/v1/status").json()["pending"] == 0
     assert "index_job_task" in worker_log
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_large_sync_fans_out_to_batch_tasks_on_the_workers_queue(alice, worker, settings):
+    process, log = worker
+    files = [{"path": f"notes/n{i:03}.md", "content": f"Note {i}: the spare key is in drawer {i}."} for i in range(250)]
+    response = alice.client.post("/api/v1/sync", {"files": files}, format="json")
+    assert response.status_code == 200, response.content
+    job_id = response.json()["job"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if IndexJob.objects.get(pk=job_id).state in ("done", "failed"):
+            break
+        time.sleep(0.3)
+    worker_log = log.read_text()
+    job = IndexJob.objects.get(pk=job_id)
+    assert job.state == "done", f"job {job.state} ({job.error}); log:\n{worker_log[-3000:]}"
+    assert (job.files_changed, job.chunks_added, job.chunks_embedded) == (250, 250, 250)
+    assert worker_log.count("index_batch_task") >= 3  # 250 files = 3 batches of at most 100
+    assert not Chunk.objects.filter(agent=alice.agent, embedding=None).exists()
