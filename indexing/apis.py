@@ -1,8 +1,29 @@
-from rest_framework import serializers
+"""The agent-facing indexing API: status, files (upload, list, memory_get, delete), sync, jobs.
+
+Thin views: each validates its input with a nested InputSerializer and calls one service or selector.
+Size limits are checked against Content-Length before the body is read (413 from MemoryHub, never a
+bare 400 from Django), and the sync webhook's HMAC is checked on the raw body before it is parsed.
+"""
+
+import hashlib
+import hmac
+from datetime import datetime, timezone as dt_timezone
+
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+from rest_framework import serializers, status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from indexing.selectors import agent_index_status
+from indexing.models import IndexJob, MemoryFile
+from indexing.paths import path_normalize, prefix_normalize
+from indexing.selectors import agent_index_status, file_list, file_read_lines, job_get
+from indexing.services import SyncEntry, content_from_bytes, file_delete, file_ingest, workspace_sync
+from memoryhub.errors import ApiError
+
+SIGNATURE_HEADER = "X-MemoryHub-Signature"
 
 
 class AgentStatusApi(APIView):
@@ -29,3 +50,313 @@ class AgentStatusApi(APIView):
     def get(self, request):
         status = agent_index_status(agent=request.user)
         return Response(self.OutputSerializer({"agent": request.user.slug, **status}).data)
+
+
+# --- Shared pieces -------------------------------------------------------------------------------
+
+
+class RawContent(bytes):
+    """A request body taken as the file itself (any non-JSON content type)."""
+
+
+class RawTextParser(BaseParser):
+    """``PUT files/<path>`` with a raw body: text/plain, text/markdown, application/octet-stream, or
+    anything else that is not JSON. The view checks it is UTF-8 text."""
+
+    media_type = "*/*"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return RawContent(stream.read() if stream is not None else b"")
+
+
+class MtimeField(serializers.Field):
+    """The client's modification time: ISO 8601, or Unix seconds."""
+
+    default_error_messages = {"invalid": "mtime must be an ISO 8601 date-time or Unix seconds."}
+
+    def to_internal_value(self, value):
+        if isinstance(value, bool):
+            self.fail("invalid")
+        if isinstance(value, (int, float)) or (isinstance(value, str) and value.replace(".", "", 1).isdigit()):
+            try:
+                return datetime.fromtimestamp(float(value), tz=dt_timezone.utc)
+            except (OverflowError, OSError, ValueError):
+                self.fail("invalid")
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+        if parsed is None:
+            self.fail("invalid")
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt_timezone.utc)
+
+    def to_representation(self, value):
+        return value.isoformat() if value else None
+
+
+class TextContentField(serializers.Field):
+    """File content as given: no trimming, and NUL or invalid text is left to the service (→ 415)."""
+
+    default_error_messages = {"invalid": "content must be a string."}
+
+    def to_internal_value(self, value):
+        if not isinstance(value, str):
+            self.fail("invalid")
+        return value
+
+    def to_representation(self, value):
+        return value
+
+
+class BodyLimitMixin:
+    """Refuse an oversized body from its Content-Length, after authentication, before reading it."""
+
+    def max_body_bytes(self) -> int:
+        raise NotImplementedError
+
+    body_too_large_code = "request_too_large"
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise ApiError(status_code=400, code="invalid_request", message="Invalid Content-Length header.") from None
+        limit = self.max_body_bytes()
+        if length > limit:
+            raise ApiError(
+                status_code=413,
+                code=self.body_too_large_code,
+                message=f"The request body has {length} bytes; the limit is {limit} bytes.",
+            )
+
+
+def _file_path(raw: str) -> str:
+    return path_normalize(raw)
+
+
+# --- Files ---------------------------------------------------------------------------------------
+
+
+class FileOutputSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    hash = serializers.CharField(source="content_hash")
+    size = serializers.IntegerField()
+    status = serializers.CharField(source="state")
+
+
+class FileUploadApi(BodyLimitMixin, APIView):
+    """PUT /api/v1/files/<path> — store a file (raw UTF-8 body, or JSON {"content", "source"?, "mtime"?})."""
+
+    required_scope = "write"
+    parser_classes = [JSONParser, RawTextParser]
+
+    class InputSerializer(serializers.Serializer):
+        content = TextContentField()
+        source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
+        mtime = MtimeField(required=False, allow_null=True)
+
+    class QuerySerializer(serializers.Serializer):
+        source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False)
+        mtime = MtimeField(required=False)
+
+    class OutputSerializer(FileOutputSerializer):
+        job = serializers.IntegerField(source="job_id_or_none", allow_null=True)
+
+    def max_body_bytes(self) -> int:
+        if self.request.content_type.split(";")[0].strip().lower() == "application/json":
+            return 6 * settings.MEMORYHUB_MAX_FILE_BYTES + 64 * 1024  # JSON escapes inflate text
+        return settings.MEMORYHUB_MAX_FILE_BYTES
+
+    body_too_large_code = "file_too_large"
+
+    def put(self, request, path):
+        path = _file_path(path)
+        data = request.data
+        if isinstance(data, RawContent) or not request.content_type.startswith("application/json"):
+            query = self.QuerySerializer(data=request.query_params)
+            query.is_valid(raise_exception=True)
+            fields = {"content": content_from_bytes(bytes(data) if isinstance(data, RawContent) else b""), **query.validated_data}
+        else:
+            serializer = self.InputSerializer(data=data)
+            serializer.is_valid(raise_exception=True)
+            fields = serializer.validated_data
+        memory_file, job = file_ingest(
+            agent=request.user, path=path, content=fields["content"], source=fields.get("source"), mtime=fields.get("mtime")
+        )
+        memory_file.job_id_or_none = job.id if job else None
+        return Response(
+            self.OutputSerializer(memory_file).data,
+            status=status.HTTP_201_CREATED if memory_file.was_created else status.HTTP_200_OK,
+        )
+
+
+class FilePagination(LimitOffsetPagination):
+    default_limit = 100
+    max_limit = 1000
+
+
+class FileListApi(APIView):
+    """GET /api/v1/files?prefix=&source=&limit=&offset= — this agent's files, by path."""
+
+    required_scope = "read"
+
+    class InputSerializer(serializers.Serializer):
+        prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False)
+
+    class OutputSerializer(FileOutputSerializer):
+        source = serializers.CharField()
+        mtime = serializers.DateTimeField(source="client_mtime", allow_null=True)
+        last_error = serializers.CharField()
+        indexed_at = serializers.DateTimeField(allow_null=True)
+        updated_at = serializers.DateTimeField()
+
+    def get(self, request):
+        serializer = self.InputSerializer(data=request.query_params)
+        serializer.is_valid(raise_exception=True)
+        files = file_list(
+            agent=request.user,
+            prefix=prefix_normalize(serializer.validated_data.get("prefix")),
+            source=serializer.validated_data.get("source"),
+        )
+        paginator = FilePagination()
+        page = paginator.paginate_queryset(files, request, view=self)
+        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+
+
+class FileGetApi(APIView):
+    """GET /api/v1/files/<path>?from=1&lines=50 — memory_get: lines of one file."""
+
+    required_scope = "read"
+
+    class InputSerializer(serializers.Serializer):
+        # "from" is a Python keyword, hence the explicit field name.
+        start = serializers.IntegerField(min_value=1, default=1)
+        lines = serializers.IntegerField(min_value=1, max_value=1000, default=50)
+
+    class OutputSerializer(serializers.Serializer):
+        path = serializers.CharField()
+        start = serializers.IntegerField()
+        lines = serializers.IntegerField()
+        total_lines = serializers.IntegerField()
+        content = serializers.CharField()
+        source = serializers.CharField()
+
+    def get(self, request, path):
+        path = _file_path(path)
+        params = request.query_params.copy()
+        if "from" in params:
+            params["start"] = params.pop("from")[-1]
+        serializer = self.InputSerializer(data=params)
+        if not serializer.is_valid():
+            errors = {("from" if key == "start" else key): value for key, value in serializer.errors.items()}
+            raise serializers.ValidationError(errors)
+        result = file_read_lines(
+            agent=request.user, path=path, start=serializer.validated_data["start"], lines=serializer.validated_data["lines"]
+        )
+        data = self.OutputSerializer({**result, "start": result["from"]}).data
+        data["from"] = data.pop("start")
+        return Response({key: data[key] for key in ("path", "from", "lines", "total_lines", "content", "source")})
+
+
+class FileDeleteApi(APIView):
+    """DELETE /api/v1/files/<path> — delete a file and its chunks now."""
+
+    required_scope = "write"
+
+    class OutputSerializer(serializers.Serializer):
+        path = serializers.CharField()
+        deleted = serializers.BooleanField()
+        chunks_removed = serializers.IntegerField()
+        job = serializers.IntegerField()
+
+    def delete(self, request, path):
+        path = _file_path(path)
+        job = file_delete(agent=request.user, path=path)
+        return Response(
+            self.OutputSerializer({"path": path, "deleted": True, "chunks_removed": job.chunks_removed, "job": job.id}).data
+        )
+
+
+# --- Sync webhook --------------------------------------------------------------------------------
+
+
+class WorkspaceSyncApi(BodyLimitMixin, APIView):
+    """POST /api/v1/sync — the webhook: upsert content entries, diff hash-only ones, delete the unlisted."""
+
+    required_scope = "write"
+    parser_classes = [JSONParser]
+
+    class InputSerializer(serializers.Serializer):
+        class FileSerializer(serializers.Serializer):
+            path = serializers.CharField(trim_whitespace=False)
+            content = TextContentField(required=False, allow_null=True)
+            hash = serializers.CharField(required=False, allow_null=True, allow_blank=True)
+            source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
+            mtime = MtimeField(required=False, allow_null=True)
+
+        files = FileSerializer(many=True)
+        delete_missing = serializers.BooleanField(default=False)
+        prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
+
+    class OutputSerializer(serializers.Serializer):
+        job = serializers.IntegerField(source="job.id", allow_null=True, default=None)
+        needed = serializers.ListField(child=serializers.CharField())
+        unchanged = serializers.IntegerField()
+        changed = serializers.IntegerField()
+        deleted = serializers.ListField(child=serializers.CharField())
+
+    def max_body_bytes(self) -> int:
+        return settings.MEMORYHUB_MAX_SYNC_BYTES
+
+    def _check_signature(self, request) -> None:
+        secret = request.user.webhook_secret
+        if not secret:
+            return
+        expected = "sha256=" + hmac.new(secret.encode(), request.body, hashlib.sha256).hexdigest()
+        given = request.headers.get(SIGNATURE_HEADER, "")
+        if not hmac.compare_digest(given.strip().lower().encode(), expected.encode()):
+            raise ApiError(
+                status_code=401,
+                code="invalid_signature",
+                message=f"{SIGNATURE_HEADER} must be 'sha256=<hex HMAC-SHA256 of the raw body with the agent's webhook secret>'.",
+            )
+
+    def post(self, request):
+        self._check_signature(request)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        outcome = workspace_sync(
+            agent=request.user,
+            entries=[SyncEntry(**entry) for entry in data["files"]],
+            delete_missing=data["delete_missing"],
+            prefix=data["prefix"],
+        )
+        return Response(self.OutputSerializer(outcome).data)
+
+
+# --- Jobs ----------------------------------------------------------------------------------------
+
+
+class JobGetApi(APIView):
+    """GET /api/v1/jobs/<id> — what one indexing job did."""
+
+    required_scope = "read"
+
+    class OutputSerializer(serializers.ModelSerializer):
+        duration_ms = serializers.SerializerMethodField()
+
+        class Meta:
+            model = IndexJob
+            fields = [
+                "id", "trigger", "state", "files_seen", "files_changed", "files_removed", "chunks_added",
+                "chunks_removed", "chunks_embedded", "cache_hits", "malformed_lines", "attempts", "error",
+                "created_at", "started_at", "finished_at", "duration_ms",
+            ]
+
+        def get_duration_ms(self, job) -> int | None:
+            if job.started_at and job.finished_at:
+                return round((job.finished_at - job.started_at).total_seconds() * 1000)
+            return None
+
+    def get(self, request, job_id: int):
+        return Response(self.OutputSerializer(job_get(agent=request.user, job_id=job_id)).data)

@@ -1,7 +1,54 @@
-from django.urls import path
+from django.http import JsonResponse
+from django.urls import path, register_converter
+from django.views.decorators.csrf import csrf_exempt
 
 from indexing import apis
+from memoryhub.errors import error_body
+
+
+class AnyPathConverter:
+    """Like <path:…> but also matches control characters, so a bad path gets a 400 invalid_path
+    from the view instead of a 404 from the resolver."""
+
+    regex = r"[\s\S]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(AnyPathConverter, "anypath")
+
+
+def by_method(**views):
+    """One URL, one APIView per HTTP method (STYLE: one view per operation)."""
+    handlers = {method.upper(): view.as_view() for method, view in views.items()}
+    allowed = ", ".join(sorted(handlers))
+
+    @csrf_exempt
+    def dispatch(request, *args, **kwargs):
+        handler = handlers.get(request.method)
+        if handler is None:
+            response = JsonResponse(
+                error_body("method_not_allowed", f"Method {request.method} not allowed; use {allowed}."), status=405
+            )
+            response["Allow"] = allowed
+            return response
+        return handler(request, *args, **kwargs)
+
+    return dispatch
+
 
 urlpatterns = [
     path("status", apis.AgentStatusApi.as_view(), name="api-status"),
+    path("files", apis.FileListApi.as_view(), name="api-files"),
+    path(
+        "files/<anypath:path>",
+        by_method(get=apis.FileGetApi, put=apis.FileUploadApi, delete=apis.FileDeleteApi),
+        name="api-file",
+    ),
+    path("sync", apis.WorkspaceSyncApi.as_view(), name="api-sync"),
+    path("jobs/<int:job_id>", apis.JobGetApi.as_view(), name="api-job"),
 ]

@@ -173,6 +173,37 @@ if MEMORYHUB_CHUNK_OVERLAP >= MEMORYHUB_CHUNK_TOKENS:
     raise ImproperlyConfigured("MEMORYHUB_CHUNK_OVERLAP must be smaller than MEMORYHUB_CHUNK_TOKENS")
 
 # --- Ingestion: limits and quotas (indexing) --------------------------------------------------
+# Largest file accepted by PUT files/<path> or one sync entry (bytes of UTF-8 content) -> 413.
+MEMORYHUB_MAX_FILE_BYTES = env_int("MEMORYHUB_MAX_FILE_BYTES", 5 * 1024 * 1024, minimum=1)
+# Largest POST sync request body (bytes) -> 413.
+MEMORYHUB_MAX_SYNC_BYTES = env_int("MEMORYHUB_MAX_SYNC_BYTES", 64 * 1024 * 1024, minimum=1)
+# Most entries in one POST sync -> 413.
+MEMORYHUB_MAX_SYNC_FILES = env_int("MEMORYHUB_MAX_SYNC_FILES", 10_000, minimum=1)
+# Per-agent quotas: number of files and total bytes of content stored -> 413 with the numbers.
+MEMORYHUB_MAX_FILES_PER_AGENT = env_int("MEMORYHUB_MAX_FILES_PER_AGENT", 20_000, minimum=1)
+MEMORYHUB_MAX_BYTES_PER_AGENT = env_int("MEMORYHUB_MAX_BYTES_PER_AGENT", 1024 * 1024 * 1024, minimum=1)
+# Django refuses bodies over this with a bare 400 before MemoryHub sees them; keep it above our own
+# limits (a JSON-escaped file can be a few times its UTF-8 size) so the 413 comes from MemoryHub.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(MEMORYHUB_MAX_SYNC_BYTES, 6 * MEMORYHUB_MAX_FILE_BYTES) + 64 * 1024
+# Retries of an indexing job after a transient provider error (exponential backoff, capped below).
+MEMORYHUB_INDEX_MAX_RETRIES = env_int("MEMORYHUB_INDEX_MAX_RETRIES", 5, minimum=0, maximum=100)
+# Longest wait between two of those retries (seconds).
+MEMORYHUB_INDEX_RETRY_BACKOFF_MAX = env_int("MEMORYHUB_INDEX_RETRY_BACKOFF_MAX", 600, minimum=1)
+# Seconds between runs of the periodic maintenance task (stuck/failed work, index identity changes).
+MEMORYHUB_INDEX_MAINTENANCE_INTERVAL = env_int("MEMORYHUB_INDEX_MAINTENANCE_INTERVAL", 300, minimum=10)
+# A file or job still indexing or queued after this many seconds is considered stuck and re-queued.
+MEMORYHUB_INDEX_STUCK_AFTER = env_int("MEMORYHUB_INDEX_STUCK_AFTER", 900, minimum=60)
+if MEMORYHUB_INDEX_STUCK_AFTER <= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured("MEMORYHUB_INDEX_STUCK_AFTER must exceed MEMORYHUB_TASK_TIME_LIMIT (a live job is not stuck)")
+# A file whose indexing failed is retried by the periodic task after this many seconds.
+MEMORYHUB_INDEX_RETRY_FAILED_AFTER = env_int("MEMORYHUB_INDEX_RETRY_FAILED_AFTER", 900, minimum=60)
+CELERY_BEAT_SCHEDULE = {
+    "indexing-maintenance": {
+        "task": "indexing.tasks.index_maintenance_task",
+        "schedule": float(MEMORYHUB_INDEX_MAINTENANCE_INTERVAL),
+    },
+}
+
 
 # --- Embedding providers: batching, retries (indexing) ------------------------------------------
 # Inputs per embedding request (OpenAI allows up to 2048) and tokens per request (OpenAI allows 300k).

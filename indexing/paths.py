@@ -1,0 +1,145 @@
+"""Paths of memory files: one normal form, strict validation, and the source kind a path implies.
+
+A path names a file inside the agent's workspace: relative, POSIX separators, NFC-normalised Unicode,
+no ``..``, no ``.`` or empty segments, no control characters, bounded length. Two spellings of the same
+file (``./memory/a.md`` and ``memory/a.md``) end up as one row; anything that could escape the workspace
+or confuse a client is refused with 400 ``invalid_path`` rather than "fixed" silently.
+
+Sources: ``memory`` (``MEMORY.md``, ``memory.md``, ``memory/**/*.md``), ``session`` (``*.jsonl``
+transcripts), ``workspace`` (other text files, by the extensions of seed 003). Any other extension is
+refused with 415 ``unsupported_file_type``: MemoryHub indexes text, not whatever a sync happens to send.
+"""
+
+import posixpath
+import re
+import unicodedata
+
+from indexing.models import MemoryFile
+from memoryhub.errors import ApiError
+
+MAX_PATH_LENGTH = 1024  # characters; MemoryFile.path's column size
+MAX_SEGMENT_BYTES = 255  # a file name on common file systems
+
+Source = MemoryFile.Source
+
+MEMORY_ROOT_FILES = frozenset({"MEMORY.md", "memory.md"})
+MEMORY_DIRECTORY = "memory"
+SESSION_EXTENSION = "jsonl"
+# Seed 003's "Supported Text Extensions" (code, config, docs), plus markdown's long spelling.
+WORKSPACE_EXTENSIONS = frozenset(
+    """
+    rs py js ts tsx jsx json go java kt swift c cpp h hpp rb lua
+    toml yaml yml sh bash zsh vim conf cfg ini env xml csv
+    md markdown txt html css scss sql
+    """.split()
+)
+
+# C0 and C1 control characters and DEL; tab and newline have no business in a path either.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# "C:" as a first segment is a Windows absolute path.
+_DRIVE = re.compile(r"^[A-Za-z]:$")
+
+
+def _invalid(message: str) -> ApiError:
+    return ApiError(status_code=400, code="invalid_path", message=message)
+
+
+def path_normalize(raw: str) -> str:
+    """The stored form of a client-supplied path, or ApiError 400 invalid_path."""
+    if not isinstance(raw, str) or raw == "":
+        raise _invalid("A path is required.")
+    if _CONTROL.search(raw):
+        raise _invalid("The path contains a NUL or control character.")
+    if "\\" in raw:
+        raise _invalid("Use '/' to separate folders; backslashes are not allowed in paths.")
+    path = unicodedata.normalize("NFC", raw)
+    if path.startswith("/"):
+        raise _invalid(f"The path must be relative to the workspace, not absolute: {path!r}.")
+    segments = path.split("/")
+    if _DRIVE.match(segments[0]):
+        raise _invalid(f"The path must be relative to the workspace, not absolute: {path!r}.")
+    kept = []
+    for segment in segments:
+        if segment == "":
+            raise _invalid(f"The path has an empty segment ('//' or a trailing '/'): {path!r}.")
+        if segment == "..":
+            raise _invalid(f"The path may not contain '..': {path!r}.")
+        if segment == ".":
+            continue
+        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
+            raise _invalid(f"A path segment is longer than {MAX_SEGMENT_BYTES} bytes.")
+        kept.append(segment)
+    if not kept:
+        raise _invalid(f"The path names no file: {path!r}.")
+    normal = "/".join(kept)
+    if len(normal) > MAX_PATH_LENGTH:
+        raise _invalid(f"The path is longer than {MAX_PATH_LENGTH} characters ({len(normal)}).")
+    return normal
+
+
+def prefix_normalize(raw: str | None) -> str:
+    """A listing or sync prefix: plain string prefix of normalised paths ('' = everything).
+
+    ``memory/`` selects a folder, ``memory`` also selects ``memory.md``: S3 semantics, said in the docs.
+    """
+    if not raw:
+        return ""
+    if _CONTROL.search(raw) or "\\" in raw:
+        raise _invalid("The prefix contains a control character or a backslash.")
+    prefix = unicodedata.normalize("NFC", raw)
+    if prefix.startswith("/"):
+        raise _invalid("The prefix must be relative to the workspace, not absolute.")
+    while prefix.startswith("./"):
+        prefix = prefix[2:]
+    if ".." in prefix.split("/"):
+        raise _invalid("The prefix may not contain '..'.")
+    if len(prefix) > MAX_PATH_LENGTH:
+        raise _invalid(f"The prefix is longer than {MAX_PATH_LENGTH} characters.")
+    return prefix
+
+
+def _extension(path: str) -> str:
+    name = posixpath.basename(path)
+    stem, dot, extension = name.rpartition(".")
+    return extension.lower() if dot and stem else ""
+
+
+def source_infer(path: str) -> str:
+    """The source kind a normalised path implies, or ApiError 415 unsupported_file_type."""
+    extension = _extension(path)
+    if extension == SESSION_EXTENSION:
+        return Source.SESSION
+    if path in MEMORY_ROOT_FILES or (path.startswith(MEMORY_DIRECTORY + "/") and extension == "md"):
+        return Source.MEMORY
+    if extension in WORKSPACE_EXTENSIONS:
+        return Source.WORKSPACE
+    raise ApiError(
+        status_code=415,
+        code="unsupported_file_type",
+        message=(
+            f"{path!r} is not a file type MemoryHub indexes. Accepted: MEMORY.md, memory/**/*.md, "
+            f"*.jsonl transcripts and text files ending in .{', .'.join(sorted(WORKSPACE_EXTENSIONS))}."
+        ),
+    )
+
+
+def source_resolve(*, path: str, source: str | None) -> str:
+    """The source of a file: inferred from the path, or the one given when it is consistent with it.
+
+    A transcript is parsed as JSONL, so ``session`` and ``*.jsonl`` go together both ways; any other
+    supported text file may be declared ``memory`` or ``workspace`` by the client.
+    """
+    inferred = source_infer(path)
+    if not source:
+        return inferred
+    if source not in Source.values:
+        raise ApiError(
+            status_code=400, code="invalid_source", message=f"source must be one of: {', '.join(Source.values)}."
+        )
+    if (source == Source.SESSION) != (inferred == Source.SESSION):
+        raise ApiError(
+            status_code=422,
+            code="inconsistent_source",
+            message=f"source {source!r} does not fit {path!r}: 'session' is for *.jsonl transcripts, and only for them.",
+        )
+    return source
