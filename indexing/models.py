@@ -137,8 +137,8 @@ class Chunk(models.Model):
         db_persist=True,
     )
     # Dimension-less on purpose: the dimension is part of the index identity, not of the schema, so a
-    # model change needs no ALTER TABLE. The HNSW index is an expression index per dimension
-    # (indexing/vector_index.py) restricted to rows of that dimension.
+    # model change needs no ALTER TABLE. HNSW indexes are per agent and per dimension, over the
+    # expression embedding::vector(N) (search/vector_index.py).
     embedding = VectorField(null=True, blank=True)
     embedding_identity = models.CharField(max_length=255, blank=True, help_text="provider:model:dimensions")
     embedding_dimensions = models.PositiveSmallIntegerField(null=True, blank=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -859,8 +859,6 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
 
     identity = configured_identity()
     if identity.has_vectors:
-        from indexing.vector_index import ensure_vector_index
-
         stale_agents = (
             Chunk.objects.exclude(embedding_identity=identity.key)
             .filter(file__state=State.INDEXED)
@@ -868,14 +866,6 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             .distinct()
         )
         agent_ids = list(stale_agents)
-        if agent_ids:
-            # The HNSW index for a new dimension (normally made by `migrate`); a failure here only
-            # means exact vector search until the operator runs migrate.
-            try:
-                with transaction.atomic():
-                    ensure_vector_index(identity.dimensions)
-            except DatabaseError as exc:
-                logger.warning("could not create the vector index for %s dimensions: %s", identity.dimensions, exc)
         for agent in Agent.objects.filter(id__in=agent_ids):
             job = agent_reembed(agent=agent)
             if job is not None:

@@ -228,6 +228,33 @@ MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY",
 
 # --- Search (search) -----------------------------------------------------------------------------
 
+# Vector index (search/vector.py, search/vector_index.py). pgvector#259: an HNSW index over every agent
+# loses recall once the query is filtered to one agent, so small agents are searched exactly and big
+# agents get a partial HNSW index of their own, built in the background by the `vector_indexes` task.
+# Agents with at least this many embedded chunks get their own HNSW index (exact search below it).
+MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS = env_int("MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS", 5000, minimum=1)
+# hnsw.ef_search for one query is max(this, 2 x the candidates asked for); pgvector caps it at 1000.
+MEMORYHUB_VECTOR_EF_SEARCH = env_int("MEMORYHUB_VECTOR_EF_SEARCH", 100, minimum=1, maximum=1000)
+# A filter (sources, path prefix, dates) keeping less than this fraction of an indexed agent's chunks
+# is searched exactly: HNSW would find too few survivors among its candidates.
+MEMORYHUB_VECTOR_EXACT_FILTER_FRACTION = env_float(
+    "MEMORYHUB_VECTOR_EXACT_FILTER_FRACTION", 0.1, minimum=0.0, maximum=1.0
+)
+# pgvector >= 0.8 only (the docker-compose image): keep scanning the HNSW graph until enough rows pass
+# the filter. relaxed_order is re-sorted afterwards; off disables it.
+MEMORYHUB_VECTOR_ITERATIVE_SCAN = env_choice(
+    "MEMORYHUB_VECTOR_ITERATIVE_SCAN", "relaxed_order", ["relaxed_order", "strict_order", "off"]
+)
+# HNSW build parameters of the per-agent indexes (pgvector defaults: m=16, ef_construction=64).
+MEMORYHUB_VECTOR_HNSW_M = env_int("MEMORYHUB_VECTOR_HNSW_M", 16, minimum=2, maximum=100)
+MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION = env_int("MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION", 64, minimum=4, maximum=1000)
+# Seconds between runs of the periodic task that builds and drops the per-agent indexes.
+MEMORYHUB_VECTOR_INDEX_INTERVAL = env_int("MEMORYHUB_VECTOR_INDEX_INTERVAL", 300, minimum=10)
+CELERY_BEAT_SCHEDULE["search-vector-indexes"] = {
+    "task": "search.tasks.vector_indexes_task",
+    "schedule": float(MEMORYHUB_VECTOR_INDEX_INTERVAL),
+}
+
 # --- Integrations: tools, MCP, admin console (integrations) --------------------------------------
 
 # --- Tokens --------------------------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""The vector half of search: one agent's chunks nearest to the query embedding, by cosine distance.
+
+Filtering an approximate index to one agent must not lose recall (pgvector#259), so each query takes
+one of two plans:
+
+- **exact** — the agent's chunks of this identity (and filters) are collected in a MATERIALIZED CTE
+  and sorted by distance. The CTE fence keeps the planner from walking an HNSW index and filtering
+  afterwards. Cost is linear in the agent's size: a few ms per few thousand 384-dim vectors, so this
+  is the plan for every agent below MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS, for filters that keep only a
+  small fraction of a big agent, and for a big agent whose index is not built yet.
+- **HNSW** — the agent's own partial index (search/vector_index.py), which holds no other agent's
+  rows, so filtering to the agent loses nothing. `hnsw.ef_search` is max(MEMORYHUB_VECTOR_EF_SEARCH,
+  2 × limit), set with set_config(..., is_local => true) inside a transaction so it never leaks to
+  other queries. With pgvector >= 0.8 iterative scans keep walking the graph until enough rows pass
+  the filters; on older pgvector a filtered query gets a larger ef_search instead, and any HNSW answer
+  shorter than `limit` is redone exactly.
+
+Agent ids and dimensions are inlined as integers (never user text): the planner can only use a
+partial index whose predicate it can prove from constants in the query.
+"""
+
+import math
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from search.types import SearchFilters
+from search.vector_index import agent_vector_index
+
+# pgvector refuses larger values of hnsw.ef_search.
+EF_SEARCH_MAX = 1000
+
+_pgvector_versions: dict[str, tuple[int, ...]] = {}
+
+
+def pgvector_version() -> tuple[int, ...]:
+    """The installed pgvector extension version, e.g. (0, 6, 2); cached per database."""
+    alias = connection.settings_dict.get("NAME") or ""
+    if alias not in _pgvector_versions:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
+        parts = (row[0] if row else "0").split(".")
+        _pgvector_versions[alias] = tuple(int(part) for part in parts if part.isdigit())
+    return _pgvector_versions[alias]
+
+
+def vector_candidates(
+    *,
+    agent_id: int,
+    query_embedding: list[float],
+    identity,
+    dimensions: int,
+    filters: SearchFilters | None,
+    limit: int,
+) -> list[tuple[int, float]]:
+    """Up to `limit` (chunk id, cosine distance) of this agent, nearest first.
+
+    `identity` is the EmbeddingIdentity (or its key) the query was embedded with: vectors of any other
+    identity are never compared with it.
+    """
+    if limit <= 0 or not dimensions:
+        return []
+    dims = int(dimensions)
+    if len(query_embedding) != dims:
+        raise ValueError(f"query embedding has {len(query_embedding)} dimensions, expected {dims}")
+    identity_key = identity.key if hasattr(identity, "key") else str(identity)
+    filters = filters or SearchFilters()
+    query = _vector_literal(query_embedding)
+    plan = vector_plan(agent_id=agent_id, dimensions=dims, identity_key=identity_key, filters=filters, limit=limit)
+    if plan.kind == "hnsw":
+        rows = _hnsw_search(
+            agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters, query=query, limit=limit,
+            ef_search=plan.ef_search,
+        )
+        if len(rows) >= limit:
+            return rows
+        # Fewer than asked: the filters (or vectors of an old identity still in the index) ate the
+        # candidates. The exact plan returns every match there is.
+    return _exact_search(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters, query=query, limit=limit)
+
+
+class VectorPlan:
+    def __init__(self, kind: str, ef_search: int = 0, reason: str = ""):
+        self.kind, self.ef_search, self.reason = kind, ef_search, reason
+
+    def __repr__(self) -> str:
+        return f"VectorPlan({self.kind!r}, ef_search={self.ef_search}, reason={self.reason!r})"
+
+
+def vector_plan(*, agent_id: int, dimensions: int, identity_key: str, filters: SearchFilters, limit: int) -> VectorPlan:
+    """Exact or HNSW for this query, and the ef_search to use (explained for the benchmark and tests)."""
+    index = agent_vector_index(agent_id=agent_id, dimensions=dimensions)
+    if index is None:
+        return VectorPlan("exact", reason="no HNSW index for this agent (small, or not built yet)")
+    ef_search = min(EF_SEARCH_MAX, max(settings.MEMORYHUB_VECTOR_EF_SEARCH, 2 * limit))
+    if filters.is_empty:
+        return VectorPlan("hnsw", ef_search, reason="unfiltered")
+    # How many of the agent's chunks pass the filters, counted only up to the point where HNSW pays:
+    # the count stops at `enough` rows, so it costs at most that many index probes.
+    total = max(index.rows, 1)
+    enough = max(limit, math.ceil(settings.MEMORYHUB_VECTOR_EXACT_FILTER_FRACTION * total))
+    matching = _count_matching(agent_id=agent_id, dims=dimensions, identity_key=identity_key, filters=filters, cap=enough)
+    if matching < enough:
+        return VectorPlan("exact", reason=f"filters keep {matching} of ~{total} chunks")
+    if not _iterative_scans():
+        # Without iterative scans only ~matching/total of the ef_search candidates survive the filter:
+        # widen the candidate list in proportion (capped by pgvector).
+        ef_search = min(EF_SEARCH_MAX, max(ef_search, math.ceil(ef_search * total / matching)))
+    return VectorPlan("hnsw", ef_search, reason=f"filters keep at least {matching} of ~{total} chunks")
+
+
+def _iterative_scans() -> bool:
+    return settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN != "off" and pgvector_version() >= (0, 8)
+
+
+def _vector_literal(values) -> str:
+    return "[" + ",".join(repr(float(value)) for value in values) + "]"
+
+
+def _where(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilters) -> tuple[str, str, list]:
+    """(join, where, params) selecting the agent's embedded chunks of this identity that pass the filters."""
+    where = (
+        f"c.agent_id = {int(agent_id)} AND c.embedding_dimensions = {int(dims)} "
+        "AND c.embedding_identity = %s AND c.embedding IS NOT NULL"
+    )
+    params: list = [identity_key]
+    join = ""
+    file_sql, file_params = filters.file_sql("f")
+    if file_sql:
+        join = "JOIN indexing_memoryfile f ON f.id = c.file_id"
+        where += f" AND f.agent_id = {int(agent_id)} AND {file_sql}"
+        params += file_params
+    return join, where, params
+
+
+def _count_matching(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilters, cap: int) -> int:
+    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c {join} WHERE {where} LIMIT %s) AS matching",
+            [*params, int(cap)],
+        )
+        return cursor.fetchone()[0]
+
+
+def _exact_search(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilters, query: str, limit: int):
+    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters)
+    # Expected plan: index scan on chunk_agent_identity_idx (or the file filter first), CTE materialised,
+    # then a top-N sort of the distances. No HNSW index can be used across the fence.
+    sql = (
+        f"WITH agent_chunks AS MATERIALIZED (SELECT c.id, c.embedding FROM indexing_chunk c {join} WHERE {where}) "
+        f"SELECT id, embedding::vector({dims}) <=> %s::vector({dims}) AS distance "
+        "FROM agent_chunks ORDER BY distance, id LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, query, int(limit)])
+        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+
+
+def _hnsw_search(
+    *, agent_id: int, dims: int, identity_key: str, filters: SearchFilters, query: str, limit: int, ef_search: int
+):
+    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters)
+    distance = f"c.embedding::vector({dims}) <=> %s::vector({dims})"
+    # Expected plan: Limit → Index Scan using chunk_hnsw_a<agent>_d<dims> (ordered by distance), with the
+    # identity and file filters applied to the rows it yields (nested loop on the file's primary key).
+    inner = f"SELECT c.id, {distance} AS distance FROM indexing_chunk c {join} WHERE {where} ORDER BY {distance} LIMIT %s"
+    inner_params = [query, *params, query, int(limit)]
+    iterative = _iterative_scans()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(int(ef_search))])
+        # The decision for the index is made already; stale statistics (an agent that grew since the
+        # last ANALYZE) must not turn it into a full sort of the agent's chunks.
+        cursor.execute("SELECT set_config('enable_sort', 'off', true)")
+        if iterative:
+            cursor.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", [settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN])
+            # relaxed_order may yield slightly out of order: sort the few rows again.
+            cursor.execute(
+                f"WITH nearest AS MATERIALIZED ({inner}) SELECT id, distance FROM nearest ORDER BY distance, id",
+                inner_params,
+            )
+        else:
+            cursor.execute(inner, inner_params)
+        return [(row[0], float(row[1])) for row in cursor.fetchall()]

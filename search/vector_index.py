@@ -1,0 +1,162 @@
+"""Per-agent HNSW indexes: built for big agents, dropped when they shrink.
+
+Why not one index over every agent: HNSW returns its `ef_search` nearest candidates over the whole
+table and only then applies `agent_id = X`, so an agent holding 1% of the chunks gets ~1% of the
+candidates back (pgvector#259). A partial index per agent (`WHERE agent_id = X AND embedding_dimensions
+= D`, over the expression `embedding::vector(D)` since the column has no fixed dimension) has no such
+filter to lose rows to. Agents below MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS need no index: an exact scan of
+a few thousand vectors takes milliseconds (search/vector.py).
+
+Indexes are named ``chunk_hnsw_a<agent id>_d<dimensions>``; the name is how search finds them. They are
+built with CREATE INDEX CONCURRENTLY by `vector_indexes_sync`, run by the periodic task
+`search.tasks.vector_indexes_task` and by `python manage.py vector_indexes`; until an agent's index is
+ready its searches are exact, so a missing index costs speed, never results.
+"""
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from indexing.embedding_identity import configured_identity
+
+logger = logging.getLogger(__name__)
+
+# pgvector indexes at most 2,000 dimensions with HNSW; larger vectors are always searched exactly.
+HNSW_MAX_DIMENSIONS = 2000
+INDEX_NAME_PATTERN = re.compile(r"^chunk_hnsw_a(\d+)_d(\d+)$")
+# Held while indexes are built or dropped, so two runs of the task never race on one index.
+ADVISORY_LOCK_KEY = 0x6D68_7665  # "mhve"
+
+
+def agent_vector_index_name(*, agent_id: int, dimensions: int) -> str:
+    return f"chunk_hnsw_a{int(agent_id)}_d{int(dimensions)}"
+
+
+@dataclass(frozen=True)
+class AgentVectorIndex:
+    name: str
+    agent_id: int
+    dimensions: int
+    valid: bool  # False after an interrupted CREATE INDEX CONCURRENTLY: unusable, to be rebuilt
+    rows: int  # chunks in the index when it was built (pg_class.reltuples)
+
+
+def agent_vector_index(*, agent_id: int, dimensions: int) -> AgentVectorIndex | None:
+    """The agent's usable HNSW index for `dimensions`, or None (search exactly)."""
+    name = agent_vector_index_name(agent_id=agent_id, dimensions=dimensions)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.reltuples FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE c.relname = %s AND c.relkind = 'i' AND i.indisvalid AND i.indisready",
+            [name],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return AgentVectorIndex(name=name, agent_id=int(agent_id), dimensions=int(dimensions), valid=True, rows=max(int(row[0]), 0))
+
+
+def vector_indexes_list() -> list[AgentVectorIndex]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, i.indisvalid AND i.indisready, c.reltuples FROM pg_class c "
+            "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid "
+            "WHERE t.relname = 'indexing_chunk' AND c.relname LIKE 'chunk\\_hnsw\\_a%%' ORDER BY c.relname"
+        )
+        rows = cursor.fetchall()
+    indexes = []
+    for name, valid, reltuples in rows:
+        match = INDEX_NAME_PATTERN.match(name)
+        if match:
+            indexes.append(
+                AgentVectorIndex(
+                    name=name,
+                    agent_id=int(match[1]),
+                    dimensions=int(match[2]),
+                    valid=bool(valid),
+                    rows=max(int(reltuples), 0),
+                )
+            )
+    return indexes
+
+
+@dataclass
+class VectorIndexOutcome:
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # build time per created index
+    skipped: str = ""  # why nothing was done (another run holds the lock, no vectors configured)
+
+
+def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
+    """Make the set of per-agent HNSW indexes match the agents' sizes under the configured identity.
+
+    An agent gets an index at `min_chunks` embedded chunks and loses it below half that (so an agent
+    hovering around the threshold is not rebuilt on every run). Indexes of other dimensions, of deleted
+    agents and invalid leftovers of interrupted builds are dropped. Safe to run twice at once: the
+    second run returns at once with `skipped` set.
+    """
+    import time
+
+    min_chunks = settings.MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS if min_chunks is None else min_chunks
+    outcome = VectorIndexOutcome()
+    identity = configured_identity()
+    # CONCURRENTLY cannot run inside a transaction block (tests wrap everything in one).
+    concurrently = "" if connection.in_atomic_block else " CONCURRENTLY"
+    if connection.in_atomic_block:
+        # An index cannot be built while the transaction has deferred foreign-key checks pending.
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            outcome.skipped = "another run is building vector indexes"
+            return outcome
+        try:
+            sizes: dict[int, int] = {}
+            dims = identity.dimensions if identity.has_vectors else None
+            if dims and dims <= HNSW_MAX_DIMENSIONS:
+                # One pass over chunk_agent_identity_idx; runs every few minutes, not per search.
+                cursor.execute(
+                    "SELECT agent_id, count(*) FROM indexing_chunk WHERE embedding_identity = %s "
+                    "AND embedding IS NOT NULL GROUP BY agent_id HAVING count(*) >= %s",
+                    [identity.key, max(1, min_chunks // 2)],
+                )
+                sizes = dict(cursor.fetchall())
+            elif dims:
+                outcome.skipped = f"{dims} dimensions: above pgvector's HNSW limit of {HNSW_MAX_DIMENSIONS}, search is exact"
+            existing = {index.name: index for index in vector_indexes_list()}
+            for index in existing.values():
+                keep = index.valid and index.dimensions == dims and index.agent_id in sizes
+                if keep:
+                    outcome.kept.append(index.name)
+                    continue
+                cursor.execute(f'DROP INDEX{concurrently} IF EXISTS "{index.name}"')
+                outcome.dropped.append(index.name)
+            for agent_id, count in sorted(sizes.items()):
+                name = agent_vector_index_name(agent_id=agent_id, dimensions=dims)
+                if count < min_chunks or name in outcome.kept:
+                    continue
+                started = time.monotonic()
+                # Serves search/vector.py's HNSW plan: ORDER BY embedding::vector(D) <=> q for this agent.
+                cursor.execute(
+                    f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
+                    f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
+                    f"WITH (m = {int(settings.MEMORYHUB_VECTOR_HNSW_M)}, "
+                    f"ef_construction = {int(settings.MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION)}) "
+                    f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dims)}"
+                )
+                outcome.seconds[name] = time.monotonic() - started
+                outcome.created.append(name)
+                logger.info("built %s (%d chunks) in %.1f s", name, count, outcome.seconds[name])
+        finally:
+            try:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
+            except DatabaseError:  # the transaction is aborted; the error that aborted it is on its way up
+                pass
+    return outcome

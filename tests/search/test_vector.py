@@ -1,0 +1,215 @@
+"""The vector half: exact for small agents, a per-agent HNSW index for big ones, and never a vector of
+another agent or of an old embedding identity.
+
+The "big" agent has a few hundred chunks: the HNSW threshold is lowered for these tests so the index is
+built in well under a second.
+"""
+
+import hashlib
+import random
+
+import pytest
+from django.db import connection
+
+from indexing.models import Chunk, MemoryFile
+from search.tasks import vector_indexes_task
+from search.types import SearchFilters
+from search.vector import _exact_search, _vector_literal, vector_candidates, vector_plan
+from search.vector_index import agent_vector_index, agent_vector_index_name, vector_indexes_list, vector_indexes_sync
+
+DIMS = 16
+IDENTITY = f"fake:fake-hash:{DIMS}"
+MIN_CHUNKS = 300
+
+
+@pytest.fixture(autouse=True)
+def vector_settings(settings):
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = DIMS
+    settings.MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS = MIN_CHUNKS
+    return settings
+
+
+def random_vector(rng: random.Random) -> list[float]:
+    return [rng.gauss(0, 1) for _ in range(DIMS)]
+
+
+def add_chunks(agent, vectors, *, path_prefix="memory/notes", identity=IDENTITY, chunks_per_file=10, source="memory"):
+    """Files of `chunks_per_file` chunks carrying `vectors`, in order; returns the chunk ids in that order."""
+    files = {}
+    rows = []
+    for position, vector in enumerate(vectors):
+        number = position // chunks_per_file
+        if number not in files:
+            files[number] = MemoryFile.objects.create(
+                agent=agent, path=f"{path_prefix}-{number:04d}.md", source=source, content="x", content_hash="h", size=1,
+                state=MemoryFile.State.INDEXED,
+            )
+        text = f"{path_prefix} chunk {position}"
+        rows.append(
+            Chunk(
+                agent=agent, file=files[number], ordinal=position % chunks_per_file, start_line=1, end_line=1, text=text,
+                text_hash=hashlib.sha256(text.encode()).hexdigest(), token_count=3, search_text=text,
+                embedding=vector, embedding_identity=identity, embedding_dimensions=DIMS,
+            )
+        )
+    return [chunk.id for chunk in Chunk.objects.bulk_create(rows)]
+
+
+def search(agent, vector, *, filters=None, limit=10):
+    return vector_candidates(
+        agent_id=agent.id, query_embedding=vector, identity=IDENTITY, dimensions=DIMS, filters=filters or SearchFilters(),
+        limit=limit,
+    )
+
+
+def exact(agent, vector, *, filters=None, limit=10):
+    return _exact_search(
+        agent_id=agent.id, dims=DIMS, identity_key=IDENTITY, filters=filters or SearchFilters(), query=_vector_literal(vector),
+        limit=limit,
+    )
+
+
+@pytest.fixture
+def big_agent(alice):
+    """alice with 400 chunks (above the lowered threshold) and her HNSW index built."""
+    rng = random.Random(4)
+    vectors = [random_vector(rng) for _ in range(400)]
+    add_chunks(alice.agent, vectors[:370], path_prefix="memory/notes")
+    add_chunks(alice.agent, vectors[370:], path_prefix="projects/plan", source="workspace")
+    outcome = vector_indexes_sync()
+    assert outcome.created == [agent_vector_index_name(agent_id=alice.agent.id, dimensions=DIMS)]
+    return alice.agent
+
+
+def test_a_small_agent_is_searched_exactly_and_nearest_first(alice):
+    rng = random.Random(1)
+    vectors = [random_vector(rng) for _ in range(50)]
+    ids = add_chunks(alice.agent, vectors)
+
+    assert vector_plan(agent_id=alice.agent.id, dimensions=DIMS, identity_key=IDENTITY, filters=SearchFilters(), limit=5).kind == "exact"
+    results = search(alice.agent, vectors[7], limit=5)
+    assert results[0][0] == ids[7]
+    assert results[0][1] == pytest.approx(0.0, abs=1e-6)
+    distances = [distance for _, distance in results]
+    assert distances == sorted(distances) and len(results) == 5
+
+
+def test_hnsw_recall_at_10_matches_exact_search(big_agent):
+    rng = random.Random(7)
+    queries = [random_vector(rng) for _ in range(20)]
+    assert vector_plan(agent_id=big_agent.id, dimensions=DIMS, identity_key=IDENTITY, filters=SearchFilters(), limit=10).kind == "hnsw"
+
+    found = sum(len({i for i, _ in search(big_agent, q)} & {i for i, _ in exact(big_agent, q)}) for q in queries)
+
+    assert found / (10 * len(queries)) >= 0.98
+
+
+def test_the_planner_walks_the_agents_own_index(big_agent):
+    query = _vector_literal(random_vector(random.Random(3)))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE indexing_chunk")
+        cursor.execute(
+            f"EXPLAIN SELECT id FROM indexing_chunk c WHERE c.agent_id = {big_agent.id} AND c.embedding_dimensions = {DIMS} "
+            f"AND c.embedding_identity = %s ORDER BY c.embedding::vector({DIMS}) <=> %s::vector({DIMS}) LIMIT 10",
+            [IDENTITY, query],
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert agent_vector_index_name(agent_id=big_agent.id, dimensions=DIMS) in plan
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["exact", "hnsw"])
+def test_another_agents_identical_vectors_are_never_returned(alice, bob, indexed):
+    rng = random.Random(2)
+    count = MIN_CHUNKS + 20 if indexed else 40
+    vectors = [random_vector(rng) for _ in range(count)]
+    alice_ids = set(add_chunks(alice.agent, vectors))
+    bob_ids = set(add_chunks(bob.agent, vectors))
+    vector_indexes_sync()
+    assert (agent_vector_index(agent_id=alice.agent.id, dimensions=DIMS) is not None) == indexed
+
+    for query in vectors[:5]:
+        for agent, own, other in ((alice.agent, alice_ids, bob_ids), (bob.agent, bob_ids, alice_ids)):
+            ids = {chunk_id for chunk_id, _ in search(agent, query, limit=20)}
+            assert len(ids) == 20 and ids <= own and not ids & other
+
+
+def test_vectors_of_an_old_identity_are_never_returned(alice):
+    rng = random.Random(5)
+    vectors = [random_vector(rng) for _ in range(MIN_CHUNKS + 20)]
+    current = set(add_chunks(alice.agent, vectors))
+    # The same vectors under the model the agent used before (same dimensions, so the same HNSW index).
+    old = set(add_chunks(alice.agent, vectors, path_prefix="memory/old", identity=f"fake:older-model:{DIMS}"))
+    vector_indexes_sync()
+    assert agent_vector_index(agent_id=alice.agent.id, dimensions=DIMS) is not None
+
+    for query in vectors[:5]:
+        ids = {chunk_id for chunk_id, _ in search(alice.agent, query, limit=10)}
+        assert len(ids) == 10 and ids <= current and not ids & old
+
+
+def test_filters_keep_only_matching_files_and_lose_no_recall(big_agent):
+    rng = random.Random(9)
+    queries = [random_vector(rng) for _ in range(5)]
+    workspace = SearchFilters(sources=("workspace",))  # 30 of 400 chunks: searched exactly
+    notes = SearchFilters(path_prefix="memory/")  # 370 of 400 chunks: HNSW with the filter
+
+    selective = vector_plan(agent_id=big_agent.id, dimensions=DIMS, identity_key=IDENTITY, filters=workspace, limit=10)
+    broad = vector_plan(agent_id=big_agent.id, dimensions=DIMS, identity_key=IDENTITY, filters=notes, limit=10)
+    assert (selective.kind, broad.kind) == ("exact", "hnsw")
+
+    paths = dict(Chunk.objects.filter(agent=big_agent).values_list("id", "file__path"))
+    for filters, prefix in ((workspace, "projects/"), (notes, "memory/")):
+        found = 0
+        for query in queries:
+            results = search(big_agent, query, filters=filters)
+            assert len(results) == 10
+            assert all(paths[chunk_id].startswith(prefix) for chunk_id, _ in results)
+            found += len({i for i, _ in results} & {i for i, _ in exact(big_agent, query, filters=filters)})
+        assert found / (10 * len(queries)) >= 0.98
+
+
+def test_a_filter_matching_fewer_chunks_than_asked_returns_all_of_them(big_agent):
+    filters = SearchFilters(path_prefix="projects/plan-0000")  # one file of 10 chunks
+    results = search(big_agent, random_vector(random.Random(11)), filters=filters, limit=25)
+    assert len(results) == 10
+
+
+def test_a_query_of_the_wrong_dimension_is_refused(alice):
+    with pytest.raises(ValueError, match="dimensions"):
+        search(alice.agent, [0.1] * (DIMS + 1))
+
+
+def test_the_index_task_builds_and_drops_indexes_idempotently(alice, bob, vector_settings):
+    rng = random.Random(6)
+    add_chunks(alice.agent, [random_vector(rng) for _ in range(MIN_CHUNKS)])
+    add_chunks(bob.agent, [random_vector(rng) for _ in range(MIN_CHUNKS - 1)])
+    alice_index = agent_vector_index_name(agent_id=alice.agent.id, dimensions=DIMS)
+
+    first = vector_indexes_task.apply().get()
+    second = vector_indexes_task.apply().get()
+
+    assert first["created"] == [alice_index] and first["dropped"] == []  # bob is one chunk short
+    assert second == {"created": [], "dropped": [], "kept": 1, "skipped": ""}
+    assert [index.name for index in vector_indexes_list()] == [alice_index]
+
+    # Shrinking below half the threshold drops the index (above half, it is kept).
+    Chunk.objects.filter(agent=alice.agent, id__in=Chunk.objects.filter(agent=alice.agent).values("id")[: MIN_CHUNKS // 2]).delete()
+    assert vector_indexes_task.apply().get()["kept"] == 1
+    Chunk.objects.filter(agent=alice.agent, id__in=Chunk.objects.filter(agent=alice.agent).values("id")[:1]).delete()
+    assert vector_indexes_task.apply().get()["dropped"] == [alice_index]
+    assert vector_indexes_list() == []
+
+    # After a change of dimensions, indexes of the old dimension go.
+    add_chunks(bob.agent, [random_vector(rng) for _ in range(5)], path_prefix="memory/more")
+    assert vector_indexes_task.apply().get()["created"] == [agent_vector_index_name(agent_id=bob.agent.id, dimensions=DIMS)]
+    vector_settings.MEMORYHUB_EMBEDDING_DIMENSIONS = DIMS * 2
+    assert len(vector_indexes_task.apply().get()["dropped"]) == 1
+    assert vector_indexes_list() == []
+
+
+def test_migrations_leave_no_global_vector_index(db):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_class WHERE relkind = 'i' AND relname LIKE 'chunk\\_embedding\\_hnsw\\_%%'")
+        assert cursor.fetchone()[0] == 0
