@@ -19,6 +19,7 @@ Agent ids and dimensions are inlined as integers (never user text): the planner 
 partial index whose predicate it can prove from constants in the query.
 """
 
+import logging
 import math
 
 from django.conf import settings
@@ -26,6 +27,8 @@ from django.db import connection, transaction
 
 from search.types import SearchFilters
 from search.vector_index import agent_vector_index
+
+logger = logging.getLogger(__name__)
 
 # pgvector refuses larger values of hnsw.ef_search.
 EF_SEARCH_MAX = 1000
@@ -59,12 +62,14 @@ def vector_candidates(
     `identity` is the EmbeddingIdentity (or its key) the query was embedded with: vectors of any other
     identity are never compared with it.
     """
-    if limit <= 0 or not dimensions:
+    identity_key = identity.key if hasattr(identity, "key") else str(identity or "")
+    if limit <= 0 or not dimensions or not identity_key:
         return []
     dims = int(dimensions)
     if len(query_embedding) != dims:
-        raise ValueError(f"query embedding has {len(query_embedding)} dimensions, expected {dims}")
-    identity_key = identity.key if hasattr(identity, "key") else str(identity)
+        # A query embedded under another identity can match nothing of this one.
+        logger.warning("query embedding has %d dimensions, the index %d: no vector candidates", len(query_embedding), dims)
+        return []
     filters = filters or SearchFilters()
     query = _vector_literal(query_embedding)
     plan = vector_plan(agent_id=agent_id, dimensions=dims, identity_key=identity_key, filters=filters, limit=limit)

@@ -1,0 +1,405 @@
+"""python manage.py bench_scale — search latency and vector recall on a large synthetic corpus.
+
+Builds a throw-away database (``--database``, on the same server as the configured one) holding one big
+agent (``--big`` chunks) and ``--agents - 1`` others sharing the rest of ``--chunks`` (log-normal sizes),
+each chunk a line of Zipf-distributed pseudo-words with a clustered, unit-length ``--dims`` vector.
+Rows are loaded with COPY (binary for the vectors) with the chunk table's secondary indexes dropped and
+rebuilt afterwards, then the per-agent HNSW indexes are built by the `vector_indexes` task's code.
+
+It reports load and index build times, database size, and for a big, a middle and a small agent:
+vector recall@10 of `search.vector.vector_candidates` against exact search, and p50/p95 latency of the
+vector half, the keyword half and — when `search.services.memory_search` exists — each search mode end
+to end. Query embeddings are precomputed (the embedding call is excluded). The database is dropped at
+the end unless ``--keep``.
+
+    python manage.py bench_scale                               # the README figures: 1M chunks, 1,000 agents
+    python manage.py bench_scale --chunks 20000 --agents 20 --big 8000 --min-chunks 2000   # seconds
+"""
+
+import hashlib
+import math
+import statistics
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+IDENTITY_PROVIDER, IDENTITY_MODEL = "fake", "bench-synthetic"
+FILE_CHUNKS = 20  # chunks per synthetic file; a chunk is one line of its file
+SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "gi", "ha", "ju", "be", "fy", "ro", "mu"]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+class Command(BaseCommand):
+    help = "Scale benchmark of search: synthetic corpus, vector recall@10 vs exact, p50/p95 of each half and mode."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--chunks", type=int, default=1_000_000, help="Chunks in the database, all agents (default 1,000,000).")
+        parser.add_argument("--agents", type=int, default=1000, help="Agents, the big one included (default 1,000).")
+        parser.add_argument("--big", type=int, default=100_000, help="Chunks of the big agent (default 100,000).")
+        parser.add_argument("--dims", type=int, default=384, help="Vector dimensions (default 384).")
+        parser.add_argument("--queries", type=int, default=100, help="Queries per agent and measurement (default 100).")
+        parser.add_argument("--words", type=int, default=40, help="Words per chunk (default 40).")
+        parser.add_argument("--min-chunks", type=int, default=None, help="Override MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS.")
+        parser.add_argument("--database", default="memoryhub_bench_scale", help="Throw-away database to build (dropped first).")
+        parser.add_argument("--keep", action="store_true", help="Keep the database afterwards (drop it by hand).")
+        parser.add_argument("--seed", type=int, default=20261123)
+
+    def handle(self, *args, **options):
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            raise CommandError("bench_scale needs numpy: pip install -e '.[dev]'") from None
+        if options["big"] >= options["chunks"] or options["agents"] < 3:
+            raise CommandError("need --big < --chunks and at least 3 agents")
+        settings.MEMORYHUB_EMBEDDING_PROVIDER = IDENTITY_PROVIDER
+        settings.MEMORYHUB_EMBEDDING_MODEL = IDENTITY_MODEL
+        settings.MEMORYHUB_EMBEDDING_DIMENSIONS = options["dims"]
+        if options["min_chunks"] is not None:
+            settings.MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS = options["min_chunks"]
+        self.options = options
+        with self.bench_database(options["database"], keep=options["keep"]):
+            self.run()
+
+    # --- the throw-away database -------------------------------------------------------------------
+
+    @contextmanager
+    def bench_database(self, name: str, *, keep: bool):
+        if not name.replace("_", "").isalnum():
+            raise CommandError("--database: letters, digits and _ only")
+        original = connection.settings_dict["NAME"]
+        if name == original:
+            raise CommandError("--database must differ from the configured database")
+        self._drop_create(name, create=True)
+        connection.close()
+        connection.settings_dict["NAME"] = name
+        try:
+            call_command("migrate", verbosity=0)
+            yield
+        finally:
+            connection.close()
+            connection.settings_dict["NAME"] = original
+            if keep:
+                self.stdout.write(f"kept database {name} (DROP DATABASE {name}; when done)")
+            else:
+                self._drop_create(name, create=False)
+                self.stdout.write(f"dropped database {name}")
+
+    def _drop_create(self, name: str, *, create: bool) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if create:
+                cursor.execute(f'CREATE DATABASE "{name}"')
+
+    # --- the run -----------------------------------------------------------------------------------
+
+    def run(self):
+        import numpy as np
+
+        from search.vector import vector_plan
+        from search.vector_index import vector_indexes_sync
+
+        opts = self.options
+        rng = np.random.default_rng(opts["seed"])
+        sizes = self.agent_sizes(rng)
+        self.vocabulary = self.make_vocabulary(rng)
+        agent_ids = self.create_agents(len(sizes))
+        self.out(f"corpus: {sum(sizes):,} chunks, {len(sizes):,} agents (big {sizes[0]:,}, "
+                 f"median {int(statistics.median(sizes)):,}), {opts['dims']} dims, {opts['words']} words per chunk")
+
+        dropped = self.drop_chunk_indexes()
+        started = time.monotonic()
+        centers = self.load(rng, agent_ids, sizes)
+        load_seconds = time.monotonic() - started
+        self.out(f"load (COPY): {load_seconds:.1f} s ({sum(sizes) / load_seconds:,.0f} chunks/s)")
+
+        started = time.monotonic()
+        with connection.cursor() as cursor:
+            cursor.execute("SET maintenance_work_mem = '1GB'")
+            for name, definition in dropped:
+                cursor.execute(definition)
+            btree_gin_seconds = time.monotonic() - started
+            cursor.execute("ANALYZE")
+        self.out(f"btree + GIN indexes ({', '.join(name for name, _ in dropped)}): {btree_gin_seconds:.1f} s")
+
+        started = time.monotonic()
+        with connection.cursor() as cursor:
+            cursor.execute("SET maintenance_work_mem = '1GB'")
+        outcome = vector_indexes_sync()
+        hnsw_seconds = time.monotonic() - started
+        big_index = next((s for n, s in outcome.seconds.items() if n.startswith(f"chunk_hnsw_a{agent_ids[0]}_")), 0.0)
+        self.out(f"HNSW indexes: {len(outcome.created)} agents with >= {settings.MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS:,} chunks "
+                 f"in {hnsw_seconds:.1f} s (big agent's alone {big_index:.1f} s)")
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE indexing_chunk")
+        self.report_sizes()
+
+        # The big agent, the largest of the others (HNSW if above the threshold), and a median one (exact).
+        order = sorted(range(1, len(sizes)), key=lambda i: sizes[i])
+        picks = [("big", 0), ("middle", order[-1]), ("small", order[len(order) // 2])]
+        self.searcher = self.end_to_end_searcher()
+        rows = []
+        for label, position in picks:
+            agent_id, size = agent_ids[position], sizes[position]
+            queries = self.query_vectors(rng, centers[position], opts["queries"])
+            texts = self.query_texts(rng, opts["queries"])
+            plan = vector_plan(
+                agent_id=agent_id, dimensions=opts["dims"], identity_key=self.identity_key, filters=self.no_filters(), limit=10
+            ).kind
+            recall = self.recall(agent_id, queries)
+            vector_ms = self.timed(lambda q: self.vector_half(agent_id, q), queries)
+            keyword_ms = self.timed(lambda t: self.keyword_half(agent_id, t), texts)
+            row = {"agent": f"{label} ({size:,} chunks, {plan})", "recall": recall, "vector": vector_ms, "keyword": keyword_ms}
+            if self.searcher is not None:
+                for mode in ("hybrid", "vector", "keyword"):
+                    row[f"e2e_{mode}"] = self.timed(lambda pair: self.searcher(agent_id, pair, mode), list(zip(texts, queries)))
+            rows.append(row)
+        self.report(rows)
+
+    def out(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    @property
+    def identity_key(self) -> str:
+        return f"{IDENTITY_PROVIDER}:{IDENTITY_MODEL}:{self.options['dims']}"
+
+    def no_filters(self):
+        from search.types import SearchFilters
+
+        return SearchFilters()
+
+    # --- corpus --------------------------------------------------------------------------------------
+
+    def agent_sizes(self, rng) -> list[int]:
+        opts = self.options
+        rest, others = opts["chunks"] - opts["big"], opts["agents"] - 1
+        weights = rng.lognormal(0.0, 1.0, others)
+        sizes = [max(1, int(w)) for w in weights / weights.sum() * rest]
+        sizes[int(weights.argmax())] += rest - sum(sizes)  # rounding leftovers
+        return [opts["big"], *sizes]
+
+    def make_vocabulary(self, rng) -> list[str]:
+        words = set()
+        while len(words) < 20_000:
+            words.add("".join(rng.choice(SYLLABLES, size=int(rng.integers(2, 5)))))
+        vocabulary = sorted(words)
+        rng.shuffle(vocabulary)
+        return vocabulary
+
+    def word_ranks(self, rng, count: int):
+        """Zipf-distributed word positions in the vocabulary (rank 1 = most frequent)."""
+        import numpy as np
+
+        ranks = rng.zipf(1.3, count)
+        return np.minimum(ranks, len(self.vocabulary)) - 1
+
+    def create_agents(self, count: int) -> list[int]:
+        from agents.models import Agent
+
+        agents = Agent.objects.bulk_create([Agent(slug=f"bench-{i:05d}", name=f"bench {i}") for i in range(count)])
+        return [agent.id for agent in agents]
+
+    def drop_chunk_indexes(self) -> list[tuple[str, str]]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'indexing_chunk' "
+                "AND indexname <> 'indexing_chunk_pkey'"
+            )
+            indexes = cursor.fetchall()
+            for name, _ in indexes:
+                cursor.execute(f'DROP INDEX "{name}"')
+        return indexes
+
+    def load(self, rng, agent_ids: list[int], sizes: list[int]):
+        """COPY files and chunks agent by agent; returns each agent's cluster centres (for queries)."""
+        import numpy as np
+        from pgvector.psycopg import register_vector
+
+        dims, words_per_chunk = self.options["dims"], self.options["words"]
+        now = datetime.now(timezone.utc)
+        raw = connection.connection
+        register_vector(raw)
+        centers_by_agent = []
+        file_id = 0
+        loaded = 0
+        next_report = 100_000
+        with raw.cursor() as cursor:
+            for agent_id, size in zip(agent_ids, sizes):
+                # Topics: clusters of ~100 chunks around a random centre, as notes on one subject are.
+                centers = rng.standard_normal((max(1, size // 100), dims), dtype=np.float32)
+                assignment = rng.integers(0, len(centers), size)
+                vectors = centers[assignment] + rng.standard_normal((size, dims), dtype=np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                centers_by_agent.append(centers)
+                ranks = self.word_ranks(rng, size * words_per_chunk).reshape(size, words_per_chunk)
+                texts = [" ".join(self.vocabulary[r] for r in row) for row in ranks.tolist()]
+                files = math.ceil(size / FILE_CHUNKS)
+                first_file = file_id + 1
+                with cursor.copy(
+                    "COPY indexing_memoryfile (id, agent_id, path, source, content, content_hash, size, state, "
+                    "indexed_hash, last_error, created_at, updated_at, indexed_at) FROM STDIN"
+                ) as copy:
+                    for number in range(files):
+                        file_id += 1
+                        content = "\n".join(texts[number * FILE_CHUNKS : (number + 1) * FILE_CHUNKS])
+                        digest = hashlib.sha256(content.encode()).hexdigest()
+                        copy.write_row(
+                            (file_id, agent_id, f"memory/{number // 100:03d}/note-{number:05d}.md", "memory", content,
+                             digest, len(content.encode()), "indexed", digest, "", now, now, now)
+                        )
+                with cursor.copy(
+                    "COPY indexing_chunk (agent_id, file_id, ordinal, start_line, end_line, text, text_hash, token_count, "
+                    "search_text, embedding, embedding_identity, embedding_dimensions, created_at) FROM STDIN WITH (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(
+                        ["int8", "int8", "int4", "int4", "int4", "text", "text", "int4", "text", "vector", "text", "int2", "timestamptz"]
+                    )
+                    for position, text in enumerate(texts):
+                        line = position % FILE_CHUNKS + 1
+                        copy.write_row(
+                            (agent_id, first_file + position // FILE_CHUNKS, line - 1, line, line, text,
+                             hashlib.sha256(text.encode()).hexdigest(), words_per_chunk, text, vectors[position],
+                             self.identity_key, dims, now)
+                        )
+                loaded += size
+                if loaded >= next_report:
+                    self.out(f"  loaded {loaded:,} chunks")
+                    next_report += 100_000
+            cursor.execute(
+                "SELECT setval(pg_get_serial_sequence('indexing_memoryfile', 'id'), %s)", [file_id]
+            )
+        return centers_by_agent
+
+    def query_vectors(self, rng, centers, count: int) -> list[list[float]]:
+        """Queries drawn like the agent's own chunks: near one of its topics."""
+        import numpy as np
+
+        picks = centers[rng.integers(0, len(centers), count)]
+        queries = picks + rng.standard_normal(picks.shape, dtype=np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        return queries.tolist()
+
+    def query_texts(self, rng, count: int) -> list[str]:
+        """Natural-language-like queries: 3–8 words of the same Zipf vocabulary."""
+        texts = []
+        for _ in range(count):
+            ranks = self.word_ranks(rng, int(rng.integers(3, 9)))
+            texts.append(" ".join(self.vocabulary[r] for r in ranks.tolist()))
+        return texts
+
+    # --- measurements ------------------------------------------------------------------------------
+
+    def vector_half(self, agent_id: int, query: list[float]):
+        from search.vector import vector_candidates
+
+        return vector_candidates(
+            agent_id=agent_id, query_embedding=query, identity=self.identity_key, dimensions=self.options["dims"],
+            filters=self.no_filters(), limit=10,
+        )
+
+    def keyword_half(self, agent_id: int, text: str):
+        """search-core's keyword half when present; else its query shape: OR of the words, ranked."""
+        try:
+            from search.keyword import keyword_candidates
+        except ImportError:
+            keyword_candidates = None
+        if keyword_candidates is not None:
+            from agents.models import Agent
+
+            try:
+                return keyword_candidates(agent_id=agent_id, query=text, filters=self.no_filters(), limit=50)
+            except TypeError:
+                return keyword_candidates(agent=Agent(id=agent_id), query=text, filters=self.no_filters(), limit=50)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.id, ts_rank_cd(c.search_vector, q) AS rank FROM indexing_chunk c, "
+                "to_tsquery('english', %s) q WHERE c.agent_id = %s AND c.search_vector @@ q ORDER BY rank DESC LIMIT 50",
+                [" | ".join(text.split()), agent_id],
+            )
+            return cursor.fetchall()
+
+    def end_to_end_searcher(self):
+        try:
+            from search.services import memory_search
+        except ImportError:
+            return None
+        from unittest import mock
+
+        from agents.models import Agent
+        from indexing.embeddings import FakeProvider
+
+        vectors: dict[str, list[float]] = {}
+
+        def embed_query(provider, text):
+            return vectors[text]
+
+        def search(agent_id, pair, mode):
+            text, vector = pair
+            vectors[text] = vector
+            with mock.patch.object(FakeProvider, "embed_query", embed_query):
+                return memory_search(agent=Agent.objects.get(id=agent_id), query=text, mode=mode)
+
+        return search
+
+    def timed(self, function, inputs) -> list[float]:
+        for value in inputs[:5]:  # warm the caches and the connection
+            function(value)
+        timings = []
+        for value in inputs:
+            started = time.perf_counter()
+            function(value)
+            timings.append((time.perf_counter() - started) * 1000)
+        return timings
+
+    def recall(self, agent_id: int, queries) -> float:
+        from search.vector import _exact_search, _vector_literal
+
+        found = 0
+        for query in queries:
+            approximate = {chunk_id for chunk_id, _ in self.vector_half(agent_id, query)}
+            exact = _exact_search(
+                agent_id=agent_id, dims=self.options["dims"], identity_key=self.identity_key, filters=self.no_filters(),
+                query=_vector_literal(query), limit=10,
+            )
+            found += len(approximate & {chunk_id for chunk_id, _ in exact})
+        return found / (10 * len(queries))
+
+    def report_sizes(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_database_size(current_database()), pg_total_relation_size('indexing_chunk'), "
+                "pg_relation_size('indexing_chunk'), "
+                "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
+                " WHERE relname = 'indexing_chunk' AND indexrelname LIKE 'chunk\\_hnsw\\_%%'), "
+                "pg_relation_size('chunk_search_vector_gin')"
+            )
+            database, chunks_total, chunks_heap, hnsw, gin = cursor.fetchone()
+        mb = 1024 * 1024
+        self.out(f"database size: {database / mb:,.0f} MB (chunk table {chunks_heap / mb:,.0f} MB, with TOAST and indexes "
+                 f"{chunks_total / mb:,.0f} MB; HNSW indexes {hnsw / mb:,.0f} MB; GIN {gin / mb:,.0f} MB)")
+
+    def report(self, rows) -> None:
+        header = "| agent | vector recall@10 | vector half p50 / p95 | keyword half p50 / p95 |"
+        if self.searcher:
+            header += " memory_search hybrid | memory_search vector | memory_search keyword |"
+        self.out("")
+        self.out(header)
+        self.out("|" + "---|" * (header.count("|") - 1))
+        for row in rows:
+            cells = [row["agent"], f"{row['recall']:.3f}", self.p(row["vector"]), self.p(row["keyword"])]
+            if self.searcher:
+                cells += [self.p(row[f"e2e_{mode}"]) for mode in ("hybrid", "vector", "keyword")]
+            self.out("| " + " | ".join(cells) + " |")
+
+    @staticmethod
+    def p(timings: list[float]) -> str:
+        return f"{percentile(timings, 0.5):.1f} / {percentile(timings, 0.95):.1f} ms"
