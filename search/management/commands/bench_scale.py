@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 IDENTITY_PROVIDER, IDENTITY_MODEL = "fake", "bench-synthetic"
+QUERY_SKIPPED_RANKS = 50
 FILE_CHUNKS = 20  # chunks per synthetic file; a chunk is one line of its file
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "gi", "ha", "ju", "be", "fy", "ro", "mu"]
 
@@ -46,7 +47,7 @@ class Command(BaseCommand):
         parser.add_argument("--agents", type=int, default=1000, help="Agents, the big one included (default 1,000).")
         parser.add_argument("--big", type=int, default=100_000, help="Chunks of the big agent (default 100,000).")
         parser.add_argument("--dims", type=int, default=384, help="Vector dimensions (default 384).")
-        parser.add_argument("--queries", type=int, default=100, help="Queries per agent and measurement (default 100).")
+        parser.add_argument("--queries", type=int, default=50, help="Queries per agent and measurement (default 50).")
         parser.add_argument("--words", type=int, default=40, help="Words per chunk (default 40).")
         parser.add_argument("--min-chunks", type=int, default=None, help="Override MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS.")
         parser.add_argument("--database", default="memoryhub_bench_scale", help="Throw-away database to build (dropped first).")
@@ -289,10 +290,13 @@ class Command(BaseCommand):
         return queries.tolist()
 
     def query_texts(self, rng, count: int) -> list[str]:
-        """Natural-language-like queries: 3–8 words of the same Zipf vocabulary."""
+        """Natural-language-like queries: 3–8 words of the same Zipf vocabulary, without its 50 most
+        frequent words (a real question's stop words are dropped by the text-search configuration; these
+        pseudo-words are not stop words, so they are left out here instead)."""
         texts = []
         for _ in range(count):
-            ranks = self.word_ranks(rng, int(rng.integers(3, 9)))
+            ranks = self.word_ranks(rng, int(rng.integers(3, 9))) + QUERY_SKIPPED_RANKS
+            ranks[ranks >= len(self.vocabulary)] = len(self.vocabulary) - 1
             texts.append(" ".join(self.vocabulary[r] for r in ranks.tolist()))
         return texts
 
