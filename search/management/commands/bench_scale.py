@@ -165,6 +165,30 @@ class Command(BaseCommand):
             rows.append(row)
         self.report(rows)
 
+        # Filtered vector searches of the big agent: a selective filter (searched exactly) and a broad one
+        # (HNSW with the filter; without iterative scans, with a proportionally larger ef_search).
+        from search.types import SearchFilters
+
+        agent_id = agent_ids[0]
+        queries = self.query_vectors(rng, centers[0], opts["queries"])
+        self.out("")
+        self.out("| big agent, vector half with a filter | plan | recall@10 | p50 / p95 |")
+        self.out("|---|---|---|---|")
+        from search.vector import _count_matching
+
+        for label, filters in (
+            ("path_prefix memory/000/", SearchFilters(path_prefix="memory/000/")),
+            ("sources workspace", SearchFilters(sources=("workspace",))),
+        ):
+            kept = _count_matching(
+                agent_id=agent_id, dims=opts["dims"], identity_key=self.identity_key, filters=filters, cap=sizes[0]
+            )
+            label += f" ({kept / sizes[0]:.0%} of its chunks)"
+            plan = vector_plan(agent_id=agent_id, dimensions=opts["dims"], identity_key=self.identity_key, filters=filters, limit=10)
+            recall = self.recall(agent_id, queries, filters)
+            timings = self.timed(lambda q: self.vector_half(agent_id, q, filters), queries)
+            self.out(f"| {label} | {plan.kind}, ef_search {plan.ef_search or '-'} | {recall:.3f} | {self.p(timings)} |")
+
     def out(self, line: str) -> None:
         self.stdout.write(line)
         self.stdout.flush()
@@ -254,7 +278,8 @@ class Command(BaseCommand):
                         content = "\n".join(texts[number * FILE_CHUNKS : (number + 1) * FILE_CHUNKS])
                         digest = hashlib.sha256(content.encode()).hexdigest()
                         copy.write_row(
-                            (file_id, agent_id, f"memory/{number // 100:03d}/note-{number:05d}.md", "memory", content,
+                            (file_id, agent_id, f"memory/{number // 100:03d}/note-{number:05d}.md",
+                             "workspace" if number % 4 == 3 else "memory", content,
                              digest, len(content.encode()), "indexed", digest, "", now, now, now)
                         )
                 with cursor.copy(
@@ -302,12 +327,12 @@ class Command(BaseCommand):
 
     # --- measurements ------------------------------------------------------------------------------
 
-    def vector_half(self, agent_id: int, query: list[float]):
+    def vector_half(self, agent_id: int, query: list[float], filters=None):
         from search.vector import vector_candidates
 
         return vector_candidates(
             agent_id=agent_id, query_embedding=query, identity=self.identity_key, dimensions=self.options["dims"],
-            filters=self.no_filters(), limit=10,
+            filters=filters or self.no_filters(), limit=10,
         )
 
     def keyword_half(self, agent_id: int, text: str):
@@ -364,15 +389,15 @@ class Command(BaseCommand):
             timings.append((time.perf_counter() - started) * 1000)
         return timings
 
-    def recall(self, agent_id: int, queries) -> float:
+    def recall(self, agent_id: int, queries, filters=None) -> float:
         from search.vector import _exact_search, _vector_literal
 
         found = 0
         for query in queries:
-            approximate = {chunk_id for chunk_id, _ in self.vector_half(agent_id, query)}
+            approximate = {chunk_id for chunk_id, _ in self.vector_half(agent_id, query, filters)}
             exact = _exact_search(
-                agent_id=agent_id, dims=self.options["dims"], identity_key=self.identity_key, filters=self.no_filters(),
-                query=_vector_literal(query), limit=10,
+                agent_id=agent_id, dims=self.options["dims"], identity_key=self.identity_key,
+                filters=filters or self.no_filters(), query=_vector_literal(query), limit=10,
             )
             found += len(approximate & {chunk_id for chunk_id, _ in exact})
         return found / (10 * len(queries))
