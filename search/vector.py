@@ -101,18 +101,28 @@ def vector_plan(*, agent_id: int, dimensions: int, identity_key: str, filters: S
     ef_search = min(EF_SEARCH_MAX, max(settings.MEMORYHUB_VECTOR_EF_SEARCH, 2 * limit))
     if filters.is_empty:
         return VectorPlan("hnsw", ef_search, reason="unfiltered")
-    # How many of the agent's chunks pass the filters, counted only up to the point where HNSW pays:
-    # the count stops at `enough` rows, so it costs at most that many index probes.
-    total = max(index.rows, 1)
-    enough = max(limit, math.ceil(settings.MEMORYHUB_VECTOR_EXACT_FILTER_FRACTION * total))
-    matching = _count_matching(agent_id=agent_id, dims=dimensions, identity_key=identity_key, filters=filters, cap=enough)
-    if matching < enough:
-        return VectorPlan("exact", reason=f"filters keep {matching} of ~{total} chunks")
+    # Which share of the agent passes the filters, estimated on its files (a few thousand small rows
+    # for 100k chunks, where counting chunks would read the big ones).
+    matching, total = _file_share(agent_id=agent_id, filters=filters)
+    fraction = matching / max(total, 1)
+    if fraction < settings.MEMORYHUB_VECTOR_EXACT_FILTER_FRACTION:
+        return VectorPlan("exact", reason=f"filters keep {matching} of {total} files")
     if not _iterative_scans():
-        # Without iterative scans only ~matching/total of the ef_search candidates survive the filter:
-        # widen the candidate list in proportion (capped by pgvector).
-        ef_search = min(EF_SEARCH_MAX, max(ef_search, math.ceil(ef_search * total / matching)))
-    return VectorPlan("hnsw", ef_search, reason=f"filters keep at least {matching} of ~{total} chunks")
+        # Without iterative scans only ~fraction of the ef_search candidates survive the filter: widen
+        # the candidate list in proportion (capped by pgvector; a short answer is redone exactly).
+        ef_search = min(EF_SEARCH_MAX, max(ef_search, math.ceil(ef_search / fraction)))
+    return VectorPlan("hnsw", ef_search, reason=f"filters keep {matching} of {total} files")
+
+
+def _file_share(*, agent_id: int, filters: SearchFilters) -> tuple[int, int]:
+    file_sql, params = filters.file_sql("f")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FILTER (WHERE {file_sql}), count(*) FROM indexing_memoryfile f WHERE f.agent_id = {int(agent_id)}",
+            params,
+        )
+        matching, total = cursor.fetchone()
+    return matching, total
 
 
 def _iterative_scans() -> bool:
@@ -123,8 +133,14 @@ def _vector_literal(values) -> str:
     return "[" + ",".join(repr(float(value)) for value in values) + "]"
 
 
-def _where(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilters) -> tuple[str, str, list]:
-    """(join, where, params) selecting the agent's embedded chunks of this identity that pass the filters."""
+def _where(
+    *, agent_id: int, dims: int, identity_key: str, filters: SearchFilters, by_file: bool = False
+) -> tuple[str, str, list]:
+    """(join, where, params) selecting the agent's embedded chunks of this identity that pass the filters.
+
+    by_file: collect the matching files first and fetch their chunks through chunk_file_ordinal_idx
+    (for the exact plan, where a selective filter must not cost a scan of all the agent's chunks);
+    otherwise join each chunk to its file (for the HNSW plan, which checks the few rows it yields)."""
     where = (
         f"c.agent_id = {int(agent_id)} AND c.embedding_dimensions = {int(dims)} "
         "AND c.embedding_identity = %s AND c.embedding IS NOT NULL"
@@ -132,7 +148,12 @@ def _where(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilter
     params: list = [identity_key]
     join = ""
     file_sql, file_params = filters.file_sql("f")
-    if file_sql:
+    if file_sql and by_file:
+        where += (
+            f" AND c.file_id = ANY(ARRAY(SELECT f.id FROM indexing_memoryfile f WHERE f.agent_id = {int(agent_id)} AND {file_sql}))"
+        )
+        params += file_params
+    elif file_sql:
         join = "JOIN indexing_memoryfile f ON f.id = c.file_id"
         where += f" AND f.agent_id = {int(agent_id)} AND {file_sql}"
         params += file_params
@@ -140,7 +161,8 @@ def _where(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilter
 
 
 def _count_matching(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilters, cap: int) -> int:
-    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters)
+    """Chunks passing the filters, counted up to `cap` (the benchmark's labels)."""
+    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters, by_file=True)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c {join} WHERE {where} LIMIT %s) AS matching",
@@ -150,8 +172,8 @@ def _count_matching(*, agent_id: int, dims: int, identity_key: str, filters: Sea
 
 
 def _exact_search(*, agent_id: int, dims: int, identity_key: str, filters: SearchFilters, query: str, limit: int):
-    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters)
-    # Expected plan: index scan on chunk_agent_identity_idx (or the file filter first), CTE materialised,
+    join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters, by_file=True)
+    # Expected plan: index scan on chunk_agent_identity_idx (chunk_file_ordinal_idx with filters), CTE materialised,
     # then a top-N sort of the distances. No HNSW index can be used across the fence.
     sql = (
         f"WITH agent_chunks AS MATERIALIZED (SELECT c.id, c.embedding FROM indexing_chunk c {join} WHERE {where}) "
