@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install install-local clean-db
+.PHONY: run test install install-local clean-db bench-search
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP)
 install-local: $(STAMP)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+
+## make bench-search: LoCoMo search quality through the live API with the local embedder (ARGS="--json", ...)
+bench-search: install-local
+	$(BIN)/python manage.py migrate --noinput -v 0
+	MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 $(BIN)/python manage.py bench_search $(ARGS)
 
 clean-db:
 	-$(BIN)/python -m memoryhub.embedded_postgres stop

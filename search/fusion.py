@@ -17,7 +17,9 @@ used when there is room (its snippet then shows only lines not shown yet).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from django.conf import settings
 
 from search.keyword import KeywordHit
 
@@ -96,17 +98,34 @@ def fuse(
     )
 
 
-def overlaps_deferred(ranked: list, *, span) -> list:
-    """``ranked`` with every item whose span overlaps or touches the span of a better-ranked item of the
-    same file moved to the end (in their original order). ``span(item) -> (file_id, start, end)``."""
+def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> list:
+    """The order in which hits get snippets. ``span(item) -> (file_id, start, end)``.
+
+    1. Near-duplicates go last: a hit sharing more than half of its lines with a better hit of the same
+       file is moved behind every other hit (in their original order).
+    2. Second snippets: a snippet shows about a third of a 400-token chunk, and the answer often sits
+       in the rest of the best chunks. So every hit also competes for a second result at its score ×
+       ``second_snippet`` (MEMORYHUB_SEARCH_SECOND_SNIPPET; 0 turns this off); that result shows the
+       chunk's lines not shown yet (snippets never repeat a line), or is skipped when there are none.
+
+    Measured on LoCoMo (README, "Search quality"): deferring every overlapping or touching chunk
+    (the previous rule) 0.754 evidence recall; near-duplicates only 0.779; plus second snippets at 0.7
+    0.807 (0.5: 0.800, 0.9: 0.796).
+    """
+    factor = settings.MEMORYHUB_SEARCH_SECOND_SNIPPET if second_snippet is None else second_snippet
     kept, deferred = [], []
     taken: dict[int, list[tuple[int, int]]] = {}
     for item in ranked:
         file_id, start, end = span(item)
         ranges = taken.setdefault(file_id, [])
-        if any(start <= e + 1 and s <= end + 1 for s, e in ranges):
+        if any(min(end, e) - max(start, s) + 1 > (end - start + 1) / 2 for s, e in ranges):
             deferred.append(item)
         else:
             kept.append(item)
-        ranges.append((start, end))  # a chain of overlapping windows is one passage
-    return kept + deferred
+            ranges.append((start, end))
+    if factor <= 0:
+        return kept + deferred
+    entries = [(item.score, 0, position, item) for position, item in enumerate(kept)]
+    entries += [(item.score * factor, 1, position, replace(item, score=item.score * factor)) for position, item in enumerate(kept)]
+    entries.sort(key=lambda entry: (-entry[0], entry[1], entry[2]))
+    return [entry[3] for entry in entries] + deferred

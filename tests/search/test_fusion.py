@@ -2,7 +2,7 @@
 
 import pytest
 
-from search.fusion import fuse, overlaps_deferred, similarity
+from search.fusion import Candidate, fuse, overlaps_deferred, similarity
 from search.keyword import KeywordHit
 
 
@@ -69,7 +69,14 @@ def test_bad_settings_are_refused():
         fuse(vector=[], keyword=[], vector_weight=0, keyword_weight=0)
 
 
-def test_overlapping_or_touching_hits_of_one_file_go_behind_the_other_answers():
-    hits = [("a", 1, 10), ("a", 8, 20), ("b", 1, 5), ("a", 11, 14), ("a", 30, 40), ("b", 6, 9)]
-    ordered = overlaps_deferred(hits, span=lambda h: h)
-    assert ordered == [("a", 1, 10), ("b", 1, 5), ("a", 30, 40), ("a", 8, 20), ("a", 11, 14), ("b", 6, 9)]
+def test_near_duplicates_go_last_and_the_best_hits_get_a_second_snippet():
+    spans = {1: ("a", 1, 10), 2: ("a", 3, 12), 3: ("b", 1, 5), 4: ("a", 10, 20)}
+    hits = [Candidate(1, score=1.0), Candidate(2, score=0.9), Candidate(3, score=0.8), Candidate(4, score=0.5)]
+    ordered = overlaps_deferred(hits, span=lambda c: spans[c.chunk_id], second_snippet=0.7)
+    # 2 shares 8 of its 10 lines with 1: a near-duplicate, last. 4 shares one line with 1: a hit of its own.
+    assert [(c.chunk_id, round(c.score, 2)) for c in ordered] == [
+        (1, 1.0), (3, 0.8), (1, 0.7), (3, 0.56), (4, 0.5), (4, 0.35), (2, 0.9)
+    ]
+    assert hits[0].score == 1.0  # the second entry is a copy; the hit keeps its score
+    single = overlaps_deferred(hits, span=lambda c: spans[c.chunk_id], second_snippet=0)
+    assert [c.chunk_id for c in single] == [1, 3, 4, 2]

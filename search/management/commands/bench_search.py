@@ -1,0 +1,266 @@
+"""Search quality benchmark: the LoCoMo protocol of DESIGN.md against the live HTTP API.
+
+    MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python manage.py bench_search [--json]
+        [--set MEMORYHUB_SEARCH_X=value ...] [--mode hybrid|vector|keyword] [--base-url URL]
+
+One agent per conversation (created in the configured database, deleted afterwards unless --keep),
+its sessions uploaded through `POST /api/v1/sync`, `status.pending` awaited, then every question of
+categories 1-4 sent to `POST /api/v1/search` with the defaults. Without --base-url the command starts
+its own gunicorn on a free local port, on the same database, indexing inside the web process
+(MEMORYHUB_TASKS_EAGER=1) and with the --set overrides in its environment. With --base-url the
+server must use the same database (the agents are created here) and its own settings.
+
+Evidence matching and metrics: search/locomo.py.
+"""
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from agents.models import Agent
+from agents.services import agent_create, agent_token_create
+from search.locomo import conversation_load, percentile, question_score, scores_summary
+
+DEFAULT_DATA = Path(settings.BASE_DIR).parent / "shared" / "data" / "locomo-dev.json"
+OVERRIDABLE = ("MEMORYHUB_SEARCH_", "MEMORYHUB_CHUNK_")
+
+
+class Api:
+    """A tiny JSON client for one agent's token (urllib: no dependency, and no connection reuse, as a
+    fresh agent process would do)."""
+
+    def __init__(self, base_url: str, token: str, timeout: float):
+        self.base_url, self.token, self.timeout = base_url.rstrip("/"), token, timeout
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"{self.base_url}/api/v1/{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise CommandError(f"{method} /api/v1/{path} answered {exc.code}: {exc.read()[:500]!r}") from exc
+        except urllib.error.URLError as exc:
+            raise CommandError(f"{method} /api/v1/{path} failed: {exc.reason}") from exc
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def web_server(*, overrides: dict[str, str], startup_timeout: float = 180):
+    """gunicorn on a free port of 127.0.0.1 with this process's database; yields its base URL."""
+    from indexing.management.commands.bench_ingest import database_url
+
+    port = _free_port()
+    env = {
+        **os.environ, **overrides, "DATABASE_URL": database_url(), "MEMORYHUB_TASKS_EAGER": "1",
+        "DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(32), "ALLOWED_HOSTS": "127.0.0.1",
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+    }
+    log = tempfile.NamedTemporaryFile("w+", prefix="bench-search-web-", suffix=".log", delete=False)
+    process = subprocess.Popen(
+        # One process: the questions are sent one at a time, and a second copy of the model would only cost memory.
+        [sys.executable, "-m", "gunicorn", "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", "1", "--threads", "4", "--timeout", "900"],
+        cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if process.poll() is not None:
+                raise CommandError(f"the web server exited with {process.returncode}; see {log.name}")
+            try:
+                urllib.request.urlopen(f"{base_url}/healthz", timeout=5).close()
+                break
+            except urllib.error.HTTPError:
+                break  # it answers (503 only says the broker is down, which eager tasks do not need)
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise CommandError(f"the web server did not answer in {startup_timeout:.0f} s; see {log.name}")
+                time.sleep(0.3)
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _parse_overrides(values: list[str]) -> dict[str, str]:
+    overrides = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.startswith(OVERRIDABLE):
+            raise CommandError(f"--set takes KEY=VALUE with a key starting {' or '.join(OVERRIDABLE)}; got {item!r}")
+        overrides[key] = value
+    return overrides
+
+
+class Command(BaseCommand):
+    help = "Run the LoCoMo retrieval benchmark through the live search API and print recall, hit rate, MRR and latency."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo JSON (default: ../shared/data/locomo-dev.json)")
+        parser.add_argument("--base-url", default="", help="a running MemoryHub on this database (default: start one)")
+        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="a MEMORYHUB_SEARCH_* (or MEMORYHUB_CHUNK_*) setting for the started server; repeatable")
+        parser.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="send this mode instead of the default")
+        parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations")
+        parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+        parser.add_argument("--details", default="", help="write one JSON line per question to this file")
+        parser.add_argument("--keep", action="store_true", help="keep the agents (and their files) afterwards")
+        parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for indexing")
+
+    def handle(self, *args, **options):
+        overrides = _parse_overrides(options["overrides"])
+        if options["base_url"] and overrides:
+            raise CommandError("--set configures the server this command starts; it cannot change a --base-url server")
+        try:
+            samples = json.loads(Path(options["data"]).read_text())
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot read the LoCoMo data {options['data']}: {exc}") from exc
+        if options["conversations"]:
+            samples = samples[: options["conversations"]]
+        conversations = [conversation_load(sample) for sample in samples]
+
+        load_before = os.getloadavg()
+        server = contextlib.nullcontext(options["base_url"]) if options["base_url"] else web_server(overrides=overrides)
+        run = uuid.uuid4().hex[:6]
+        agents: list[Agent] = []
+        try:
+            with server as base_url:
+                apis = []
+                for conversation in conversations:
+                    agent = agent_create(slug=f"locomo-{conversation.sample_id or len(agents)}-{run}")
+                    agents.append(agent)
+                    _, token = agent_token_create(agent=agent, label="bench_search")
+                    apis.append(Api(base_url, token, timeout=options["timeout"]))
+                index = self._upload(conversations, apis, timeout=options["timeout"])
+                report = self._ask(conversations, apis, mode=options["mode"], details_path=options["details"])
+        finally:
+            if not options["keep"]:
+                for agent in agents:
+                    agent.delete()
+        report.update(
+            data=str(options["data"]), base_url=options["base_url"] or "started by the command", overrides=overrides,
+            mode_sent=options["mode"] or "default", index=index,
+            load_average={"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()},
+        )
+        if options["json"]:
+            self.stdout.write(json.dumps(report, indent=2))
+        else:
+            self._print(report)
+
+    def _upload(self, conversations, apis, *, timeout: float) -> dict:
+        started = time.perf_counter()
+        for conversation, api in zip(conversations, apis):
+            files = [{"path": path, "content": content} for path, content in conversation.files.items()]
+            api.call("POST", "sync", {"files": files})
+        deadline = time.monotonic() + timeout
+        statuses = []
+        for api in apis:
+            while (status := api.call("GET", "status"))["pending"]:
+                if time.monotonic() > deadline:
+                    raise CommandError(f"indexing still pending after {timeout:.0f} s: {status}")
+                time.sleep(0.5)
+            statuses.append(status)
+        failed = sum(status["failed"] for status in statuses)
+        if failed:
+            self.stderr.write(f"warning: {failed} files failed to index; they count as not found")
+        return {
+            "files": sum(status["files"] for status in statuses),
+            "chunks": sum(status["chunks"] for status in statuses),
+            "failed": failed,
+            "seconds": round(time.perf_counter() - started, 2),
+            "embedding": statuses[0]["embedding"] if statuses else {},
+        }
+
+    def _ask(self, conversations, apis, *, mode: str | None, details_path: str) -> dict:
+        scores, client_ms, server_ms, modes = [], [], [], set()
+        details = open(details_path, "w") if details_path else None
+        try:
+            for conversation, api in zip(conversations, apis):
+                api.call("POST", "search", {"query": "warm up"})  # loads the query embedder; not timed
+                for question in conversation.questions:
+                    body = {"query": question.text} | ({"mode": mode} if mode else {})
+                    t0 = time.perf_counter()
+                    response = api.call("POST", "search", body)
+                    client_ms.append((time.perf_counter() - t0) * 1000)
+                    server_ms.append(float(response.get("took_ms", 0.0)))
+                    modes.add(response.get("mode"))
+                    score = question_score(question=question, turns=conversation.turns, results=response["results"])
+                    scores.append(score)
+                    if details:
+                        details.write(json.dumps({
+                            "conversation": conversation.sample_id, "question": question.text,
+                            "category": question.category, "evidence": {
+                                dia_id: [conversation.turns[dia_id].path, conversation.turns[dia_id].line]
+                                for dia_id in question.evidence
+                            },
+                            "score": asdict(score),
+                            "results": [{k: r.get(k) for k in ("path", "start_line", "end_line", "score")} for r in response["results"]],
+                        }) + "\n")
+        finally:
+            if details:
+                details.close()
+        summary = scores_summary(scores)
+        return {
+            "conversations": len(conversations),
+            "skipped_questions": sum(c.skipped_questions for c in conversations),
+            "modes_answered": sorted(m for m in modes if m),
+            **asdict(summary),
+            "latency_ms": {
+                "client_p50": round(percentile(client_ms, 0.5), 1), "client_p95": round(percentile(client_ms, 0.95), 1),
+                "server_p50": round(percentile(server_ms, 0.5), 1), "server_p95": round(percentile(server_ms, 0.95), 1),
+            },
+        }
+
+    def _print(self, r: dict) -> None:
+        out = self.stdout.write
+        embedding = r["index"]["embedding"]
+        out(f"LoCoMo: {r['conversations']} conversations, {r['questions']} questions of categories 1-4 "
+            f"({r['skipped_questions']} without a usable evidence id skipped), {r['evidence_turns']} evidence turns")
+        out(f"server: {r['base_url']}; embedding {embedding.get('provider')} {embedding.get('model') or ''} "
+            f"({embedding.get('dimensions')} dims); mode sent: {r['mode_sent']}, answered: {', '.join(r['modes_answered'])}")
+        if r["overrides"]:
+            out("settings: " + " ".join(f"{k}={v}" for k, v in r["overrides"].items()))
+        out(f"indexed {r['index']['files']} files into {r['index']['chunks']} chunks in {r['index']['seconds']:.1f} s"
+            + (f" ({r['index']['failed']} failed)" if r["index"]["failed"] else ""))
+        out("")
+        out(f"evidence recall {r['evidence_recall']:.3f}   hit rate {r['hit_rate']:.3f}   MRR {r['mrr']:.3f}")
+        for category, c in r["categories"].items():
+            out(f"  {category} {c['name']:<12} {c['questions']:>4} questions   recall {c['evidence_recall']:.3f}   "
+                f"hit {c['hit_rate']:.3f}   MRR {c['mrr']:.3f}")
+        out(f"evidence turns found {r['evidence_found']} of {r['evidence_turns']}; of the missed, "
+            f"{r['missed_in_shown_file']} were in a shown file ({r['missed_near_snippet']} within 2 lines of a snippet)")
+        latency = r["latency_ms"]
+        out(f"latency: client p50 {latency['client_p50']:.1f} ms, p95 {latency['client_p95']:.1f} ms; "
+            f"server took_ms p50 {latency['server_p50']:.1f} ms, p95 {latency['server_p95']:.1f} ms")
+        load = r["load_average"]
+        out("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f (%d CPUs)" % (*load["before"], *load["after"], load["cpus"]))
+

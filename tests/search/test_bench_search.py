@@ -1,0 +1,84 @@
+"""`manage.py bench_search` end to end on a tiny conversation: live HTTP server, fake embeddings."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.models import Agent
+from memoryhub.celery import app as celery_app
+
+TINY = [
+    {
+        "sample_id": "tiny",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a greyhound puppy called Biscuit yesterday."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Congratulations! Greyhounds are gentle dogs."},
+            ],
+            "session_2_date_time": "3:00 pm on 20 June, 2023",
+            "session_2": [
+                {"speaker": "Ben", "dia_id": "D2:1", "text": "My pottery class starts next Tuesday."},
+                {"speaker": "Ana", "dia_id": "D2:2", "text": "Show me your first bowl!", "blip_caption": "a clay bowl"},
+            ],
+        },
+        "qa": [
+            {"question": "What is the name of Ana's greyhound puppy?", "answer": "Biscuit", "evidence": ["D1:1"], "category": 4},
+            {"question": "When does Ben's pottery class start?", "answer": "Tuesday", "evidence": ["D2:1"], "category": 2},
+            {"question": "Adversarial", "answer": "", "evidence": ["D1:2"], "category": 5},
+        ],
+    }
+]
+
+
+@pytest.fixture
+def tiny_data(tmp_path):
+    path = tmp_path / "tiny-locomo.json"
+    path.write_text(json.dumps(TINY))
+    return path
+
+
+@pytest.fixture
+def live_api(live_server, settings):
+    """The live server thread indexes uploads itself (eager tasks) with the counting fake provider."""
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 64
+    old = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield live_server.url
+    celery_app.conf.task_always_eager = old
+
+
+def test_it_reports_recall_of_every_question_through_the_live_api(live_api, tiny_data, tmp_path, capsys):
+    details = tmp_path / "details.jsonl"
+    call_command("bench_search", "--base-url", live_api, "--data", str(tiny_data), "--json", "--details", str(details))
+    report = json.loads(capsys.readouterr().out)
+
+    assert report["questions"] == 2  # category 5 is left out
+    assert report["evidence_turns"] == 2
+    assert report["index"]["files"] == 2 and report["index"]["failed"] == 0
+    # Two short sessions: whichever file ranks first, both fit in the six snippets the agent reads.
+    assert report["evidence_recall"] == 1.0 and report["hit_rate"] == 1.0
+    assert report["categories"]["4"]["questions"] == 1 and report["categories"]["2"]["questions"] == 1
+    assert report["latency_ms"]["client_p95"] > 0
+    lines = [json.loads(line) for line in details.read_text().splitlines()]
+    assert [line["evidence"] for line in lines] == [{"D1:1": ["memory/session-01.md", 3]}, {"D2:1": ["memory/session-02.md", 3]}]
+    assert not Agent.objects.filter(slug__startswith="locomo-").exists()  # cleaned up
+
+
+def test_text_output_names_the_figures(live_api, tiny_data, capsys):
+    call_command("bench_search", "--base-url", live_api, "--data", str(tiny_data), "--mode", "keyword")
+    out = capsys.readouterr().out
+    assert "evidence recall 1.000" in out and "mode sent: keyword, answered: keyword" in out
+    assert "server took_ms p50" in out
+
+
+def test_settings_other_than_search_ones_are_refused(tiny_data):
+    with pytest.raises(CommandError, match="MEMORYHUB_SEARCH_"):
+        call_command("bench_search", "--data", str(tiny_data), "--set", "SECRET_KEY=x")
+    with pytest.raises(CommandError, match="cannot change a --base-url server"):
+        call_command("bench_search", "--data", str(tiny_data), "--base-url", "http://127.0.0.1:9", "--set", "MEMORYHUB_SEARCH_X=1")
