@@ -1,1 +1,5 @@
-urlpatterns: list = []
+from django.urls import include, path
+
+urlpatterns: list = [
+    path("", include("search.tool_urls")),
+]
