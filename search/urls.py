@@ -1,5 +1,8 @@
 from django.urls import include, path
 
-urlpatterns: list = [
+from search import apis
+
+urlpatterns = [
+    path("search", apis.SearchApi.as_view(), name="api-search"),
     path("", include("search.tool_urls")),
 ]
