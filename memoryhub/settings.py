@@ -278,6 +278,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
+    "ENUM_NAME_OVERRIDES": {"SourceEnum": ["memory", "session", "workspace"]},  # MemoryFile.Source
 }
 
 # --- Tokens --------------------------------------------------------------------------------------

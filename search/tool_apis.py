@@ -7,16 +7,25 @@ model makes, arguments untouched, to ``POST tools/<name>``; ``content`` goes bac
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from search.tools import TOOL_FORMATS, TOOL_NAMES, TOOL_SCHEMAS, tool_definitions, tool_run
 
 
+class ToolFormatNegotiation(DefaultContentNegotiation):
+    """Here ``?format=`` names a tool format, not one of DRF's renderers (the API only speaks JSON)."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return super().select_renderer(request, renderers, format_suffix="json")
+
+
 class ToolListApi(APIView):
     """GET /api/v1/tools?format=openai|anthropic|mcp — memory_search and memory_get, ready to hand to a model."""
 
     required_scope = "read"
+    content_negotiation_class = ToolFormatNegotiation
 
     class InputSerializer(serializers.Serializer):
         format = serializers.ChoiceField(choices=TOOL_FORMATS, default="openai")

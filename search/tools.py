@@ -123,14 +123,21 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class StrictCharField(serializers.CharField):
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class MemorySearchArguments(serializers.Serializer):
-    query = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    query = StrictCharField(trim_whitespace=False, allow_blank=True)
     maxResults = StrictIntegerField(min_value=1, max_value=MAX_SEARCH_RESULTS, required=False, allow_null=True)
     minScore = StrictFloatField(min_value=0, max_value=1, required=False, allow_null=True)
 
 
 class MemoryGetArguments(serializers.Serializer):
-    path = serializers.CharField(trim_whitespace=False)
+    path = StrictCharField(trim_whitespace=False)
     start = StrictIntegerField(min_value=1, required=False, allow_null=True)  # the tool's "from"
     lines = StrictIntegerField(min_value=1, max_value=MAX_GET_LINES, required=False, allow_null=True)
 
