@@ -138,8 +138,7 @@ class McpView(View):
         if not origin:
             return None  # not a browser: MCP clients and scripts send no Origin
         host, _ = split_domain_port(urlsplit(origin).netloc)
-        allowed = settings.ALLOWED_HOSTS if not settings.DEBUG else [*settings.ALLOWED_HOSTS, "localhost", "127.0.0.1", "[::1]"]
-        if host and validate_host(host, allowed):
+        if host and validate_host(host, settings.ALLOWED_HOSTS):
             return None
         return _http_error(403, FORBIDDEN, f"Origin {origin!r} is not allowed.")
 

@@ -15,6 +15,7 @@ from agents.models import Agent
 from indexing.paths import path_normalize
 from indexing.selectors import file_read_lines
 from memoryhub.errors import ApiError
+from search.services import memory_search
 
 MAX_SEARCH_RESULTS = 50
 MAX_GET_LINES = 1000
@@ -178,8 +179,6 @@ def _citation(path: str, start: int, end: int) -> str:
 
 
 def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
-    from search.services import memory_search  # the search half lives on its own branch until merged
-
     args = _validated("memory_search", MemorySearchArguments, arguments)
     response = memory_search(
         agent=agent, query=args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore")
