@@ -11,7 +11,7 @@ ranked first by both halves scores 1.0 and one ranked first by one half only sco
 
 Overlapping hits: the chunker overlaps neighbouring windows, so one passage can come back as two or
 three chunks of one file. ``overlaps_deferred`` moves a chunk that overlaps or touches a better-ranked
-chunk of the same file behind every other hit: other answers come first, and the later chunk is still
+chunk of the same file (or a chain of such chunks) behind every other hit: other answers come first, and the later chunk is still
 used when there is room (its snippet then shows only lines not shown yet).
 """
 
@@ -108,5 +108,5 @@ def overlaps_deferred(ranked: list, *, span) -> list:
             deferred.append(item)
         else:
             kept.append(item)
-            ranges.append((start, end))
+        ranges.append((start, end))  # a chain of overlapping windows is one passage
     return kept + deferred
