@@ -211,15 +211,12 @@ def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
             lines.append(result["snippet"])
     else:
         lines.append(response.message or f"No memory matched {args['query']!r}.")
-    if response.pending:
-        lines.append("")
-        lines.append(
-            f"Note: {response.pending} file{'s are' if response.pending != 1 else ' is'} still being indexed; "
-            "the newest memories may be missing from these results."
-        )
-    elif results and response.message:
-        lines.append("")
-        lines.append(response.message)
+    # The service's message says in words what the model must know: nothing matched, keyword-only
+    # fallback, files still being indexed.
+    if results and response.message:
+        lines += ["", response.message]
+    elif response.pending and not response.message:
+        lines += ["", f"Note: {response.pending} file(s) are still being indexed; the newest memories may be missing."]
     return ToolOutput(content="\n".join(lines), data=data)
 
 

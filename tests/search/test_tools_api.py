@@ -3,6 +3,8 @@ with the tool's own arguments that answer text a model can cite."""
 
 import pytest
 
+from indexing.services import file_ingest
+
 NOTES = "\n".join(f"Line {number}: nothing special." for number in range(1, 121)) + "\n"
 FALCON = "# Project Falcon\n\nThe launch is planned for March.\nBudget: 40k.\n"
 
@@ -191,7 +193,16 @@ def test_memory_search_takes_max_results_in_either_spelling(alice, index_files):
 def test_memory_search_says_plainly_when_nothing_matched(alice, alice_files):
     body = run(alice, "memory_search", {"query": "zebra xylophone quasar", "minScore": 0.99}).json()
     assert body["data"]["results"] == []
-    assert body["content"] and "[1]" not in body["content"]
+    assert body["content"].startswith("Nothing matched")
+    assert body["content"] == body["data"]["message"]
+
+
+def test_memory_search_tells_the_model_that_files_are_still_being_indexed(alice, alice_files):
+    file_ingest(agent=alice.agent, path="memory/new.md", content="Fresh news.\n")  # its job never runs here
+    body = run(alice, "memory_search", {"query": "Falcon launch"}).json()
+    assert body["data"]["pending"] == 1
+    assert body["content"].startswith("1 memory snippet")
+    assert "still being indexed" in body["content"].split("\n")[-1]
 
 
 def test_memory_search_never_shows_another_agents_memory(alice, bob, alice_files):
