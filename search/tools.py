@@ -70,6 +70,7 @@ TOOL_SCHEMAS: dict[str, dict] = {
     },
 }
 TOOL_DESCRIPTIONS = {"memory_search": MEMORY_SEARCH_DESCRIPTION, "memory_get": MEMORY_GET_DESCRIPTION}
+TOOL_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory file lines"}
 TOOL_NAMES = tuple(TOOL_SCHEMAS)
 
 
@@ -83,7 +84,9 @@ def tool_definitions(*, format: str) -> list[dict]:
         elif format == "anthropic":
             definitions.append({"name": name, "description": description, "input_schema": schema})
         elif format == "mcp":
-            definitions.append({"name": name, "description": description, "inputSchema": schema})
+            # Both tools only read this agent's own memory: clients may run them without asking the user.
+            annotations = {"title": TOOL_TITLES[name], "readOnlyHint": True, "openWorldHint": False}
+            definitions.append({"name": name, "description": description, "inputSchema": schema, "annotations": annotations})
         else:
             raise ApiError(
                 status_code=400, code="invalid_request", message=f"format must be one of {', '.join(TOOL_FORMATS)}."

@@ -46,6 +46,7 @@ def test_the_sdk_client_lists_both_tools(live_alice, mode):
     assert set(tools) == {"memory_search", "memory_get"}
     assert tools["memory_search"].input_schema["required"] == ["query"]
     assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+    assert tools["memory_search"].annotations.read_only_hint is True
 
 
 @pytest.mark.django_db(transaction=True)

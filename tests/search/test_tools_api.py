@@ -43,7 +43,8 @@ def test_anthropic_and_mcp_formats_use_their_own_schema_keys(alice):
     assert {tool["name"] for tool in anthropic} == {"memory_search", "memory_get"}
     assert all(set(tool) == {"name", "description", "input_schema"} for tool in anthropic)
     mcp = alice.client.get("/api/v1/tools?format=mcp").json()["tools"]
-    assert all(set(tool) == {"name", "description", "inputSchema"} for tool in mcp)
+    assert all(set(tool) == {"name", "description", "inputSchema", "annotations"} for tool in mcp)
+    assert all(tool["annotations"]["readOnlyHint"] is True for tool in mcp)
     assert mcp[0]["inputSchema"] == anthropic[0]["input_schema"]
 
 
