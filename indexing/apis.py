@@ -11,6 +11,8 @@ from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import BaseParser, JSONParser
@@ -167,6 +169,21 @@ class FileUploadApi(BodyLimitMixin, APIView):
 
     body_too_large_code = "file_too_large"
 
+    openapi_error_statuses = (413, 415, 422)
+
+    @extend_schema(
+        request={
+            "application/json": InputSerializer,
+            "text/plain": OpenApiTypes.STR,
+            "text/markdown": OpenApiTypes.STR,
+            "application/octet-stream": OpenApiTypes.BINARY,
+        },
+        parameters=[QuerySerializer],
+        responses={200: OutputSerializer, 201: OutputSerializer},
+        description="The body is the file (any non-JSON content type; `source` and `mtime` may then be given in the "
+        "query string), or JSON `{content, source?, mtime?}`. 201 for a new path, 200 otherwise; `job` is null when "
+        "the content is unchanged.",
+    )
     def put(self, request, path):
         path = _file_path(path)
         data = request.data
@@ -197,6 +214,7 @@ class FileListApi(APIView):
     """GET /api/v1/files?prefix=&source=&limit=&offset= — this agent's files, by path."""
 
     required_scope = "read"
+    pagination_class = FilePagination  # documents the page shape; get() paginates explicitly
 
     class InputSerializer(serializers.Serializer):
         prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
@@ -217,7 +235,7 @@ class FileListApi(APIView):
             prefix=prefix_normalize(serializer.validated_data.get("prefix")),
             source=serializer.validated_data.get("source"),
         )
-        paginator = FilePagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(files, request, view=self)
         return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
 
@@ -240,6 +258,26 @@ class FileGetApi(APIView):
         content = serializers.CharField()
         source = serializers.CharField()
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("from", {"type": "integer", "minimum": 1, "default": 1}, description="First line, 1-indexed."),
+            OpenApiParameter(
+                "lines", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, description="How many lines."
+            ),
+        ],
+        responses=inline_serializer(
+            "MemoryGet",
+            {
+                "path": serializers.CharField(),
+                "from": serializers.IntegerField(),
+                "lines": serializers.IntegerField(help_text="Lines returned (fewer at the end of the file)."),
+                "total_lines": serializers.IntegerField(),
+                "content": serializers.CharField(),
+                "source": serializers.CharField(),
+            },
+        ),
+        description="memory_get: `lines` lines of one file from line `from`, numbered as search results cite them.",
+    )
     def get(self, request, path):
         path = _file_path(path)
         params = request.query_params.copy()
@@ -303,6 +341,8 @@ class WorkspaceSyncApi(BodyLimitMixin, APIView):
         unchanged = serializers.IntegerField()
         changed = serializers.IntegerField()
         deleted = serializers.ListField(child=serializers.CharField())
+
+    openapi_error_statuses = (413, 415, 422)
 
     def max_body_bytes(self) -> int:
         return settings.MEMORYHUB_MAX_SYNC_BYTES

@@ -290,6 +290,29 @@ CELERY_BEAT_SCHEDULE["search-vector-indexes"] = {
 }
 
 # --- Integrations: tools, MCP, admin console (integrations) --------------------------------------
+# OpenAPI 3 at /api/schema/ and its docs page at /api/docs/; the sidecar serves Swagger UI's files
+# locally so the page works without internet access.
+INSTALLED_APPS += ["drf_spectacular", "drf_spectacular_sidecar"]
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MemoryHub API",
+    "DESCRIPTION": (
+        "Searchable long-term memory for AI agents. Every call carries `Authorization: Bearer <agent token>`; "
+        "the token decides the agent. Errors are always `{\"error\": {\"code\", \"message\"}}`. "
+        "MCP clients use the streamable-HTTP endpoint at `/mcp` instead."
+    ),
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": r"/api/v1",  # operations are tagged by what follows: files, sync, tools, …
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "DEFAULT_GENERATOR_CLASS": "memoryhub.openapi.SchemaGenerator",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
+    "ENUM_NAME_OVERRIDES": {"SourceEnum": ["memory", "session", "workspace"]},  # MemoryFile.Source
+}
 
 # --- Tokens --------------------------------------------------------------------------------------
 # How often a token's last-used time is written (seconds); a write per request would be wasteful.
@@ -302,6 +325,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "memoryhub.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 

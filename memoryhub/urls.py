@@ -1,7 +1,9 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from memoryhub import views
+from search.mcp import McpView
 
 handler404 = "memoryhub.errors.handler404"
 handler500 = "memoryhub.errors.handler500"
@@ -11,4 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("indexing.urls")),
     path("api/v1/", include("search.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    re_path(r"^mcp/?$", McpView.as_view(), name="mcp"),
 ]

@@ -1,6 +1,7 @@
 """POST /api/v1/search — hybrid search over this agent's memory (read scope). A thin view over
 search.services.memory_search; filters are flat fields of the request body."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -46,6 +47,7 @@ class SearchApi(APIView):
         took_ms = serializers.FloatField()
         message = serializers.CharField(allow_blank=True)
 
+        @extend_schema_field(ResultSerializer(many=True))  # plus "explain" on each result when asked
         def get_results(self, response):
             explained = self.context.get("explain")
             serializer = self.ExplainedResultSerializer if explained else self.ResultSerializer

@@ -1,7 +1,8 @@
-from django.urls import path
+from django.urls import include, path
 
 from search import apis
 
 urlpatterns = [
     path("search", apis.SearchApi.as_view(), name="api-search"),
+    path("", include("search.tool_urls")),
 ]

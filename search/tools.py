@@ -1,0 +1,262 @@
+"""The two agent tools, memory_search and memory_get: one definition, three wire formats, one runner.
+
+The definitions use the seeds' argument names (``query``, ``maxResults``, ``minScore``; ``path``,
+``from``, ``lines``) because that is what models trained on those agents emit; ``max_results`` and
+``min_score`` are accepted as well. ``tool_run`` is what both ``POST /api/v1/tools/<name>`` and the MCP
+endpoint call, so a model sees the same text whichever way it reaches MemoryHub.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rest_framework import serializers
+
+from agents.models import Agent
+from indexing.paths import path_normalize
+from indexing.selectors import file_read_lines
+from memoryhub.errors import ApiError
+from search.services import memory_search
+
+MAX_SEARCH_RESULTS = 50
+MAX_GET_LINES = 1000
+TOOL_FORMATS = ("openai", "anthropic", "mcp")
+
+MEMORY_SEARCH_DESCRIPTION = (
+    "Search your long-term memory (MEMORY.md, daily notes in memory/, past conversation transcripts and "
+    "workspace notes) before answering anything about prior work, decisions, dates, people, preferences "
+    "or to-dos. Returns a few short snippets, each cited as path#Lstart-Lend; use memory_get to read "
+    "more lines around a snippet."
+)
+MEMORY_GET_DESCRIPTION = (
+    "Read lines of one memory file, e.g. to expand a memory_search snippet cited as path#Lstart-Lend: "
+    "pass path and from=start. Returns at most `lines` lines (default 50)."
+)
+
+TOOL_SCHEMAS: dict[str, dict] = {
+    "memory_search": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for, in natural language."},
+            "maxResults": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SEARCH_RESULTS,
+                "description": "Most snippets to return (default 6).",
+            },
+            "minScore": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 1,
+                "description": "Drop results scoring below this (0-1; the server's default keeps exact keyword matches).",
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    "memory_get": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path as cited by memory_search, e.g. memory/2026-03-01.md."},
+            "from": {"type": "integer", "minimum": 1, "description": "First line to read, 1-indexed (default 1)."},
+            "lines": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_GET_LINES,
+                "description": "How many lines to read (default 50).",
+            },
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+}
+TOOL_DESCRIPTIONS = {"memory_search": MEMORY_SEARCH_DESCRIPTION, "memory_get": MEMORY_GET_DESCRIPTION}
+TOOL_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory file lines"}
+TOOL_NAMES = tuple(TOOL_SCHEMAS)
+
+
+def tool_definitions(*, format: str) -> list[dict]:
+    """Both tools in one framework's shape: OpenAI chat-completions functions, Anthropic tools, MCP tools."""
+    definitions = []
+    for name in TOOL_NAMES:
+        description, schema = TOOL_DESCRIPTIONS[name], TOOL_SCHEMAS[name]
+        if format == "openai":
+            definitions.append({"type": "function", "function": {"name": name, "description": description, "parameters": schema}})
+        elif format == "anthropic":
+            definitions.append({"name": name, "description": description, "input_schema": schema})
+        elif format == "mcp":
+            # Both tools only read this agent's own memory: clients may run them without asking the user.
+            annotations = {"title": TOOL_TITLES[name], "readOnlyHint": True, "openWorldHint": False}
+            definitions.append({"name": name, "description": description, "inputSchema": schema, "annotations": annotations})
+        else:
+            raise ApiError(
+                status_code=400, code="invalid_request", message=f"format must be one of {', '.join(TOOL_FORMATS)}."
+            )
+    return definitions
+
+
+@dataclass
+class ToolOutput:
+    content: str  # what the model reads, with path#Lstart-Lend citations
+    data: dict  # the same answer as structured JSON
+
+
+class UnknownTool(ApiError):
+    def __init__(self, name: str):
+        super().__init__(
+            status_code=404, code="unknown_tool", message=f"No tool {name!r}; the tools are {', '.join(TOOL_NAMES)}."
+        )
+
+
+def _invalid_arguments(message: str) -> ApiError:
+    return ApiError(status_code=400, code="invalid_arguments", message=message)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """Models send numbers as JSON numbers; 5.0 is fine, True and 5.5 are mistakes worth reporting."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class MemorySearchArguments(serializers.Serializer):
+    query = StrictCharField(trim_whitespace=False, allow_blank=True)
+    maxResults = StrictIntegerField(min_value=1, max_value=MAX_SEARCH_RESULTS, required=False, allow_null=True)
+    minScore = StrictFloatField(min_value=0, max_value=1, required=False, allow_null=True)
+
+
+class MemoryGetArguments(serializers.Serializer):
+    path = StrictCharField(trim_whitespace=False)
+    start = StrictIntegerField(min_value=1, required=False, allow_null=True)  # the tool's "from"
+    lines = StrictIntegerField(min_value=1, max_value=MAX_GET_LINES, required=False, allow_null=True)
+
+
+# Snake-case spellings some frameworks produce; mapped onto the tool's own names.
+_ALIASES = {
+    "memory_search": {"max_results": "maxResults", "min_score": "minScore"},
+    "memory_get": {"from": "start", "start_line": "start"},
+}
+
+
+def _validated(name: str, serializer_class, arguments: Any) -> dict:
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise _invalid_arguments(f"The arguments of {name} must be a JSON object.")
+    aliases = _ALIASES[name]
+    known = set(TOOL_SCHEMAS[name]["properties"]) | set(aliases)
+    unknown = sorted(key for key in arguments if key not in known)
+    if unknown:
+        raise _invalid_arguments(
+            f"{name} has no argument {', '.join(map(repr, unknown))}; it takes {', '.join(TOOL_SCHEMAS[name]['properties'])}."
+        )
+    renamed = {aliases.get(key, key): value for key, value in arguments.items()}
+    serializer = serializer_class(data=renamed)
+    if not serializer.is_valid():
+        outside = {value: key for key, value in aliases.items() if key in arguments}
+        outside.setdefault("start", "from")
+        parts = []
+        for field, errors in serializer.errors.items():
+            parts.append(f"{outside.get(field, field)}: {' '.join(str(error) for error in errors)}")
+        raise _invalid_arguments(f"Invalid arguments for {name}: {'; '.join(parts)}")
+    return {key: value for key, value in serializer.validated_data.items() if value is not None}
+
+
+def _citation(path: str, start: int, end: int) -> str:
+    return f"{path}#L{start}-L{end}" if end != start else f"{path}#L{start}"
+
+
+def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
+    args = _validated("memory_search", MemorySearchArguments, arguments)
+    response = memory_search(
+        agent=agent, query=args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore")
+    )
+    results = [
+        {
+            "path": result.path,
+            "start_line": result.start_line,
+            "end_line": result.end_line,
+            "score": result.score,
+            "snippet": result.snippet,
+            "source": result.source,
+            "citation": _citation(result.path, result.start_line, result.end_line),
+        }
+        for result in response.results
+    ]
+    data = {
+        "results": results,
+        "mode": response.mode,
+        "pending": response.pending,
+        "took_ms": response.took_ms,
+        "message": response.message,
+    }
+    lines = []
+    if results:
+        lines.append(f"{len(results)} memory snippet{'s' if len(results) != 1 else ''} for {args['query']!r}:")
+        for number, result in enumerate(results, 1):
+            lines.append("")
+            lines.append(f"[{number}] {result['citation']} (score {result['score']:.2f}, {result['source']})")
+            lines.append(result["snippet"])
+    else:
+        lines.append(response.message or f"No memory matched {args['query']!r}.")
+    # The service's message says in words what the model must know: nothing matched, keyword-only
+    # fallback, files still being indexed.
+    if results and response.message:
+        lines += ["", response.message]
+    elif response.pending and not response.message:
+        lines += ["", f"Note: {response.pending} file(s) are still being indexed; the newest memories may be missing."]
+    return ToolOutput(content="\n".join(lines), data=data)
+
+
+def memory_get_run(*, agent: Agent, arguments: Any) -> ToolOutput:
+    args = _validated("memory_get", MemoryGetArguments, arguments)
+    path = path_normalize(args["path"])
+    start, count = args.get("start", 1), args.get("lines", 50)
+    result = file_read_lines(agent=agent, path=path, start=start, lines=count)
+    data = {key: result[key] for key in ("path", "from", "lines", "total_lines", "content", "source")}
+    total = result["total_lines"]
+    if result["lines"] == 0:
+        content = (
+            f"{result['path']} is empty."
+            if total == 0
+            else f"{result['path']} has {total} line{'s' if total != 1 else ''}; there is nothing from line {start}."
+        )
+        return ToolOutput(content=content, data=data)
+    end = start + result["lines"] - 1
+    header = f"{_citation(result['path'], start, end)} (lines {start}-{end} of {total})"
+    footer = ""
+    if end < total:
+        footer = f"\n[{total - end} more line{'s' if total - end != 1 else ''}: memory_get with from={end + 1}]"
+    return ToolOutput(content=f"{header}\n{result['content']}{footer}", data=data)
+
+
+TOOL_RUNNERS: dict[str, Callable[..., ToolOutput]] = {
+    "memory_search": memory_search_run,
+    "memory_get": memory_get_run,
+}
+
+
+def tool_run(*, agent: Agent, name: str, arguments: Any) -> ToolOutput:
+    """Run one tool for this agent with the arguments the model produced.
+
+    Raises ApiError: 404 ``unknown_tool``, 400 ``invalid_arguments`` (or the tool's own 400/404, e.g. a
+    bad path or a file that does not exist)."""
+    runner = TOOL_RUNNERS.get(name)
+    if runner is None:
+        raise UnknownTool(name)
+    return runner(agent=agent, arguments=arguments)
