@@ -33,7 +33,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(MemoryFile)
 class MemoryFileAdmin(ReadOnlyAdmin):
-    list_display = ["path", "agent", "source", "status", "size", "chunks", "indexed_at", "updated_at", "error"]
+    list_display = ["path", "agent", "source", "status", "size", "chunks", "indexed_at", "error"]
     list_select_related = ["agent"]
     list_filter = ["state", "source"]
     search_fields = ["path", "agent__slug"]
