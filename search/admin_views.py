@@ -49,7 +49,7 @@ def search_playground(request, *, agent: Agent, admin_site, model_admin):
             file_ids = dict(MemoryFile.objects.filter(agent=agent, path__in=paths).values_list("path", "id"))
     rows = [
         {"rank": rank, "result": result, "file_id": file_ids.get(result.path),
-         "explain": sorted((result.explain or {}).items())}
+         "explain": list((result.explain or {}).items())}
         for rank, result in enumerate(response.results if response else [], 1)
     ]
     context = {

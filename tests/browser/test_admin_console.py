@@ -1,8 +1,16 @@
-"""An operator's tour of the admin console in a real browser (Chromium through playwright)."""
+"""An operator's tour of the admin console in a real browser (Chromium through playwright): log in,
+create an agent, see its token once and not after a reload, push a file through the API, watch it reach
+"indexed", search it in the playground. One test, one page: each step builds on the previous one."""
 
 import json
 import re
 import urllib.request
+
+from django.utils import timezone
+
+from agents.services import agent_create
+from indexing.models import IndexJob
+from indexing.services import file_ingest
 
 
 NOTES = "# Trips\n\nWe flew to Lisbon in May and ate pastel de nata every morning.\n\n# Work\n\nThe launch moved to June."
@@ -17,7 +25,7 @@ def api_put(base_url: str, token: str, path: str, content: str) -> dict:
         return json.load(response)
 
 
-def test_operator_creates_an_agent_sees_its_token_once_and_watches_a_file_get_indexed(logged_in, live_server, shot):
+def test_operator_tour(logged_in, live_server, shot):
     page = logged_in
     assert page.locator("#dashboard").is_visible()
     shot(page, "02-dashboard")
@@ -56,7 +64,26 @@ def test_operator_creates_an_agent_sees_its_token_once_and_watches_a_file_get_in
     assert page.locator("pre.mh-content").inner_text().count("Lisbon") == 1
     shot(page, "06-file-content")
 
+    page.go_back()
+    page.go_back()  # the agent's page
+    page.click("text=Search playground")
+    page.fill("#id_query", "pastel de nata")
+    page.click("#playground-form input[type=submit]")
+    first = page.locator("#search-results tr.search-result").first
+    assert "ate pastel de nata every morning" in first.locator("pre.mh-snippet").inner_text()
+    assert "memory/2026-05-01.md#L" in first.inner_text() and "keyword_rank" in first.inner_text()
+    shot(page, "07-playground-search")
+
+    # A second agent pushes the same notes (its vectors come from the shared cache) and a job fails.
+    archivist = agent_create(slug="archivist")
+    file_ingest(agent=archivist, path="memory/2026-05-01.md", content=NOTES)
+    IndexJob.objects.create(
+        agent=archivist, trigger="sync", state="failed", finished_at=timezone.now(),
+        error="embedding failed: 429 Too Many Requests (retries exhausted)",
+    )
     page.goto("/admin/")
-    assert page.locator("#card-files .mh-value").inner_text() == "1"
-    assert page.locator("#card-chunks .mh-value").inner_text() == "2"
-    shot(page, "07-dashboard-after-indexing")
+    assert page.locator("#card-files .mh-value").inner_text() == "2"
+    assert page.locator("#card-chunks .mh-value").inner_text() == "4"
+    assert page.locator("#card-cache .mh-value").inner_text() == "50 %"
+    assert "429 Too Many Requests" in page.locator("#recent-failures").inner_text()
+    shot(page, "08-dashboard")
