@@ -46,7 +46,11 @@ class AgentAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         from indexing.selectors import agent_index_annotate
 
-        return agent_index_annotate(queryset=super().get_queryset(request))
+        queryset = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "agents_agent_changelist":
+            queryset = agent_index_annotate(queryset=queryset)  # the list's columns; not needed elsewhere
+        return queryset
 
     # --- The list's columns (annotations: one query for the whole page) ---------------------------
 

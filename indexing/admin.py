@@ -74,7 +74,11 @@ class MemoryFileAdmin(ReadOnlyAdmin):
             total=Count("id"), vectors=Count("id", filter=Q(embedding__isnull=False))
         )
         identities = list(
-            Chunk.objects.filter(file=memory_file).exclude(embedding_identity="").values_list("embedding_identity", flat=True).distinct()
+            Chunk.objects.filter(file=memory_file)
+            .exclude(embedding_identity="")
+            .order_by("embedding_identity")  # not Chunk's default ordering, which would defeat DISTINCT
+            .values_list("embedding_identity", flat=True)
+            .distinct()
         )
         return f"{counts['total']} chunks, {counts['vectors']} with a vector" + (f" ({', '.join(identities)})" if identities else "")
 

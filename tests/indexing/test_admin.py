@@ -43,12 +43,31 @@ def test_the_file_list_shows_status_and_error_without_loading_content(operator, 
     assert listing and all('"indexing_memoryfile"."content"' not in sql for sql in listing)
 
 
+@pytest.mark.parametrize("url", ["/admin/indexing/memoryfile/", "/admin/indexing/indexjob/"])
+def test_file_and_job_lists_cost_the_same_queries_for_more_rows(operator, alice, url, django_assert_max_num_queries):
+    file_ingest(agent=alice.agent, path="MEMORY.md", content="one")
+    with django_assert_max_num_queries(10) as few:
+        operator.get(url)
+    for n in range(20):
+        file_ingest(agent=alice.agent, path=f"memory/{n}.md", content=f"note {n}")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = operator.get(url)
+    assert page.status_code == 200 and len(page.context["cl"].result_list) == 21
+
+
 def test_the_file_page_shows_the_numbered_content_and_its_chunks(operator, failed_upload):
     memory_file, _ = failed_upload
     html = operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
     assert '<span class="mh-lineno">7</span>Alice liked the pastel de nata.' in html
     assert "2 chunks, 0 with a vector" in html
     assert "the provider said no" in html
+
+
+def test_the_file_page_names_the_index_identity_of_its_vectors_once(operator, alice, fake_embeddings, indexed):
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)
+    html = operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+    assert "2 chunks, 2 with a vector (fake:fake-hash:64)" in html
 
 
 def test_reindex_selected_files_indexes_them_again(operator, alice, failed_upload, indexed):
@@ -64,6 +83,15 @@ def test_reindex_selected_files_indexes_them_again(operator, alice, failed_uploa
     assert memory_file.state == "indexed" and memory_file.last_error == ""
     assert memory_file.chunks.exclude(embedding=None).count() == 2
     assert memory_file.job.trigger == "reindex" and memory_file.job.state == "done"
+
+
+def test_file_and_job_pages_offer_reindex_and_retry_buttons(operator, failed_upload):
+    memory_file, job = failed_upload
+    assert 'id="reindex-this-file"' in operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+    assert 'id="retry-this-job"' in operator.get(f"/admin/indexing/indexjob/{job.pk}/change/").content.decode()
+    job.state = "done"
+    job.save()
+    assert 'id="retry-this-job"' not in operator.get(f"/admin/indexing/indexjob/{job.pk}/change/").content.decode()
 
 
 def test_the_job_list_shows_counts_durations_and_errors(operator, failed_upload):
