@@ -54,13 +54,17 @@ class AgentAdmin(admin.ModelAdmin):
 
     # --- The list's columns (annotations: one query for the whole page) ---------------------------
 
-    def _files_link(self, agent, count, **filters):
+    @staticmethod
+    def _link(changelist: str, agent, count, **filters):
+        """The count as a link to the agent's rows in another list (files or jobs), filtered."""
         query = "&".join([f"agent__id__exact={agent.pk}", *(f"{k}={v}" for k, v in filters.items())])
-        return format_html('<a href="{}?{}">{}</a>', reverse("admin:indexing_memoryfile_changelist"), query, count)
+        return format_html('<a href="{}?{}">{}</a>', reverse(f"admin:{changelist}"), query, count)
+
+    def _files_link(self, agent, count, **filters):
+        return self._link("indexing_memoryfile_changelist", agent, count, **filters)
 
     def _jobs_link(self, agent, count, **filters):
-        query = "&".join([f"agent__id__exact={agent.pk}", *(f"{k}={v}" for k, v in filters.items())])
-        return format_html('<a href="{}?{}">{}</a>', reverse("admin:indexing_indexjob_changelist"), query, count)
+        return self._link("indexing_indexjob_changelist", agent, count, **filters)
 
     @admin.display(description="Files", ordering="file_count")
     def files(self, agent):

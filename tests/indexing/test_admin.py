@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from indexing.embeddings import ProviderPermanentError
-from indexing.models import IndexJob, MemoryFile
+from indexing.models import IndexJob
 from indexing.services import file_ingest, index_job_retry
 
 pytestmark = pytest.mark.django_db
