@@ -1,27 +1,199 @@
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
 
 from agents.models import Agent, AgentToken
-from agents.services import agent_token_issue, agent_token_revoke
+from agents.services import agent_token_create, agent_token_issue, agent_token_revoke, agent_token_rotate
 
 
-class AgentTokenInline(admin.TabularInline):
-    model = AgentToken
-    extra = 0
-    can_delete = False
-    show_change_link = True
-    fields = ["prefix", "label", "scopes", "created_at", "last_used_at", "expires_at", "revoked_at"]
-    readonly_fields = fields
+def show_raw_token_once(request, *, agent: Agent, raw: str, what: str = "New token") -> None:
+    """Put a raw token in a message. Messages live in the server-side session (MESSAGE_STORAGE) and are
+    deleted once displayed, so the value appears on the next page only, never on a reload."""
+    messages.warning(
+        request,
+        format_html(
+            '{} for {}: <code class="raw-token">{}</code> — copy it now; it will not be shown again.',
+            what, agent.slug, raw,
+        ),
+    )
 
-    def has_add_permission(self, request, obj=None):
-        return False  # tokens are created from the token admin, which shows the raw value once
+
+class TokenCreateForm(forms.Form):
+    label = forms.CharField(max_length=100, required=False)
+    scopes = forms.MultipleChoiceField(
+        choices=AgentToken.Scope.choices,
+        initial=[AgentToken.Scope.READ, AgentToken.Scope.WRITE],
+        widget=forms.CheckboxSelectMultiple,
+    )
+    expires_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "is_active", "created_at"]
+    list_display = [
+        "slug", "name", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
+        "last_indexed", "created_at",
+    ]
     list_filter = ["is_active"]
     search_fields = ["slug", "name"]
-    inlines = [AgentTokenInline]
+    readonly_fields = ["created_at"]
+
+    def get_queryset(self, request):
+        from indexing.selectors import agent_index_annotate
+
+        queryset = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "agents_agent_changelist":
+            queryset = agent_index_annotate(queryset=queryset)  # the list's columns; not needed elsewhere
+        return queryset
+
+    # --- The list's columns (annotations: one query for the whole page) ---------------------------
+
+    @staticmethod
+    def _link(changelist: str, agent, count, **filters):
+        """The count as a link to the agent's rows in another list (files or jobs), filtered."""
+        query = "&".join([f"agent__id__exact={agent.pk}", *(f"{k}={v}" for k, v in filters.items())])
+        return format_html('<a href="{}?{}">{}</a>', reverse(f"admin:{changelist}"), query, count)
+
+    def _files_link(self, agent, count, **filters):
+        return self._link("indexing_memoryfile_changelist", agent, count, **filters)
+
+    def _jobs_link(self, agent, count, **filters):
+        return self._link("indexing_indexjob_changelist", agent, count, **filters)
+
+    @admin.display(description="Files", ordering="file_count")
+    def files(self, agent):
+        return self._files_link(agent, agent.file_count)
+
+    @admin.display(description="Chunks", ordering="chunk_count")
+    def chunks(self, agent):
+        return agent.chunk_count
+
+    @admin.display(description="Pending files", ordering="pending_count")
+    def pending(self, agent):
+        return self._files_link(agent, agent.pending_count, state__in="pending,indexing") if agent.pending_count else 0
+
+    @admin.display(description="Failed files", ordering="failed_file_count")
+    def failed_files(self, agent):
+        return self._files_link(agent, agent.failed_file_count, state__exact="failed") if agent.failed_file_count else 0
+
+    @admin.display(description="Queued jobs", ordering="active_job_count")
+    def active_jobs(self, agent):
+        return self._jobs_link(agent, agent.active_job_count, state__in="queued,running") if agent.active_job_count else 0
+
+    @admin.display(description="Failed jobs", ordering="failed_job_count")
+    def failed_jobs(self, agent):
+        return self._jobs_link(agent, agent.failed_job_count, state__exact="failed") if agent.failed_job_count else 0
+
+    @admin.display(description="Last indexed", ordering="last_indexed_at")
+    def last_indexed(self, agent):
+        return agent.last_indexed_at
+
+    # --- Creating an agent issues its first token, shown once ---------------------------------------
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            _, raw = agent_token_create(agent=obj, label="created in the admin")
+            show_raw_token_once(request, agent=obj, raw=raw, what="Read/write token")
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # Straight to the agent's page, where its token is shown (once) and more can be made.
+        messages.success(request, f"Agent {obj.slug} created.")
+        return HttpResponseRedirect(reverse("admin:agents_agent_change", args=[obj.pk]))
+
+    # --- The agent page: tokens and links -------------------------------------------------------
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = extra_context or {}
+        agent = self.get_object(request, object_id)
+        if agent is not None:
+            extra_context.update(
+                tokens=AgentToken.objects.filter(agent=agent).order_by("revoked_at", "-created_at"),
+                token_form=TokenCreateForm(),
+                files_url=reverse("admin:indexing_memoryfile_changelist") + f"?agent__id__exact={agent.pk}",
+                jobs_url=reverse("admin:indexing_indexjob_changelist") + f"?agent__id__exact={agent.pk}",
+                search_url=reverse("admin:agents_agent_search", args=[agent.pk]),
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("<int:agent_id>/tokens/create/", wrap(self.token_create_view), name="agents_agent_token_create"),
+            path(
+                "<int:agent_id>/tokens/<int:token_id>/revoke/", wrap(self.token_revoke_view),
+                name="agents_agent_token_revoke",
+            ),
+            path(
+                "<int:agent_id>/tokens/<int:token_id>/rotate/", wrap(self.token_rotate_view),
+                name="agents_agent_token_rotate",
+            ),
+            path("<int:agent_id>/search/", wrap(self.search_view), name="agents_agent_search"),
+            *super().get_urls(),
+        ]
+
+    def _agent_for_change(self, request, agent_id) -> Agent:
+        agent = get_object_or_404(Agent, pk=agent_id)
+        if not self.has_change_permission(request, agent):
+            raise PermissionDenied
+        return agent
+
+    def _back_to(self, agent):
+        return HttpResponseRedirect(reverse("admin:agents_agent_change", args=[agent.pk]) + "#tokens")
+
+    def token_create_view(self, request, agent_id):
+        return require_POST(self._token_create)(request, agent_id)
+
+    def _token_create(self, request, agent_id):
+        agent = self._agent_for_change(request, agent_id)
+        form = TokenCreateForm(request.POST)
+        if not form.is_valid():
+            errors = "; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items())
+            messages.error(request, f"No token created — {errors}")
+            return self._back_to(agent)
+        _, raw = agent_token_create(
+            agent=agent, scopes=form.cleaned_data["scopes"], label=form.cleaned_data["label"],
+            expires_at=form.cleaned_data["expires_at"],
+        )
+        show_raw_token_once(request, agent=agent, raw=raw)
+        return self._back_to(agent)
+
+    def token_revoke_view(self, request, agent_id, token_id):
+        return require_POST(self._token_revoke)(request, agent_id, token_id)
+
+    def _token_revoke(self, request, agent_id, token_id):
+        agent = self._agent_for_change(request, agent_id)
+        token = get_object_or_404(AgentToken, pk=token_id, agent=agent)
+        agent_token_revoke(token=token)
+        messages.success(request, f"Token {token.prefix}… revoked: it is refused from now on.")
+        return self._back_to(agent)
+
+    def token_rotate_view(self, request, agent_id, token_id):
+        return require_POST(self._token_rotate)(request, agent_id, token_id)
+
+    def _token_rotate(self, request, agent_id, token_id):
+        agent = self._agent_for_change(request, agent_id)
+        token = get_object_or_404(AgentToken, pk=token_id, agent=agent)
+        if token.is_revoked:
+            messages.error(request, f"Token {token.prefix}… is already revoked; create a new one instead.")
+            return self._back_to(agent)
+        _, raw = agent_token_rotate(token=token)
+        show_raw_token_once(request, agent=agent, raw=raw, what=f"Replacement for {token.prefix}…")
+        return self._back_to(agent)
+
+    def search_view(self, request, agent_id):
+        from search.admin_views import search_playground
+
+        agent = get_object_or_404(Agent, pk=agent_id)
+        if not self.has_view_permission(request, agent):
+            raise PermissionDenied
+        return search_playground(request, agent=agent, admin_site=self.admin_site, model_admin=self)
 
 
 @admin.register(AgentToken)

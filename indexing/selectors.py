@@ -1,10 +1,14 @@
 """Read-only queries over an agent's index."""
 
-from django.db.models import Count, Max, Q
+from datetime import datetime, timedelta
 
-from agents.models import Agent
+from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents.models import Agent, AgentToken
 from indexing.embedding_identity import configured_identity
-from indexing.models import Chunk, IndexJob, MemoryFile
+from indexing.models import Chunk, EmbeddingCache, IndexJob, MemoryFile
 from memoryhub.errors import ApiError
 
 
@@ -74,3 +78,105 @@ def job_get(*, agent: Agent, job_id: int) -> IndexJob:
     if job is None:
         raise ApiError(status_code=404, code="not_found", message=f"No job {job_id}.")
     return job
+
+
+# --- Admin console -------------------------------------------------------------------------------
+
+
+def _per_agent(queryset, aggregate):
+    """A correlated subquery: ``aggregate`` over this agent's rows of ``queryset`` (one value per agent
+    row, so a page of agents costs one query whatever its length)."""
+    rows = queryset.filter(agent_id=OuterRef("pk")).order_by().values("agent_id").annotate(value=aggregate).values("value")
+    return Subquery(rows)
+
+
+def agent_index_annotate(*, queryset):
+    """Agents with the admin list's columns: files, chunks, pending files, failed files, queued or
+    running jobs, failed jobs and the last indexing time. Every count is served by an (agent, …) index."""
+    files = MemoryFile.objects.all()
+    jobs = IndexJob.objects.all()
+    return queryset.annotate(
+        file_count=Coalesce(_per_agent(files, Count("id")), 0),
+        chunk_count=Coalesce(_per_agent(Chunk.objects.all(), Count("id")), 0),
+        pending_count=Coalesce(
+            _per_agent(files.filter(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING]), Count("id")), 0
+        ),
+        failed_file_count=Coalesce(_per_agent(files.filter(state=MemoryFile.State.FAILED), Count("id")), 0),
+        active_job_count=Coalesce(
+            _per_agent(jobs.filter(state__in=[IndexJob.State.QUEUED, IndexJob.State.RUNNING]), Count("id")), 0
+        ),
+        failed_job_count=Coalesce(_per_agent(jobs.filter(state=IndexJob.State.FAILED), Count("id")), 0),
+        last_indexed_at=_per_agent(files, Max("indexed_at")),
+    )
+
+
+def _hit_rate(hits: int | None, embedded: int | None) -> float | None:
+    """Share of chunk vectors that cost no embedding call (reused or cached), None before any."""
+    hits, embedded = hits or 0, embedded or 0
+    return hits / (hits + embedded) if hits + embedded else None
+
+
+def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
+    """The admin dashboard's numbers, in a fixed number of queries whatever the size of the database."""
+    now = now or timezone.now()
+    hour, day = now - timedelta(hours=1), now - timedelta(days=1)
+    agents = Agent.objects.aggregate(total=Count("id"), active=Count("id", filter=Q(is_active=True)))
+    tokens = AgentToken.objects.aggregate(
+        active=Count("id", filter=Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+    )
+    files = MemoryFile.objects.aggregate(
+        total=Count("id"),
+        bytes=Coalesce(Sum("size"), 0),
+        indexed=Count("id", filter=Q(state=MemoryFile.State.INDEXED)),
+        pending=Count("id", filter=Q(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING])),
+        failed=Count("id", filter=Q(state=MemoryFile.State.FAILED)),
+    )
+    # A chunk has a vector exactly when it has an embedding identity; filtering on the identity lets
+    # Postgres count from chunk_agent_identity_idx (an index-only scan) instead of reading every vector.
+    chunks = Chunk.objects.aggregate(total=Count("id"), with_vector=Count("id", filter=~Q(embedding_identity="")))
+    State = IndexJob.State
+    jobs = IndexJob.objects.aggregate(
+        **{
+            f"{name}_{state}": Count("id", filter=Q(created_at__gte=since, state=state))
+            for name, since in (("hour", hour), ("day", day))
+            for state in (State.DONE, State.FAILED)
+        },
+        hour_total=Count("id", filter=Q(created_at__gte=hour)),
+        day_total=Count("id", filter=Q(created_at__gte=day)),
+        active=Count("id", filter=Q(state__in=[State.QUEUED, State.RUNNING])),
+        failed=Count("id", filter=Q(state=State.FAILED)),
+        day_hits=Sum("cache_hits", filter=Q(created_at__gte=day)),
+        day_embedded=Sum("chunks_embedded", filter=Q(created_at__gte=day)),
+        all_hits=Sum("cache_hits"),
+        all_embedded=Sum("chunks_embedded"),
+    )
+    identity = configured_identity()
+    return {
+        "agents": agents,
+        "tokens": tokens,
+        "files": files,
+        "chunks": chunks,
+        "jobs": {
+            "hour": {"total": jobs["hour_total"], "done": jobs["hour_done"], "failed": jobs["hour_failed"]},
+            "day": {"total": jobs["day_total"], "done": jobs["day_done"], "failed": jobs["day_failed"]},
+            "active": jobs["active"],
+            "failed": jobs["failed"],
+        },
+        "cache": {
+            "entries": EmbeddingCache.objects.count(),
+            "hit_rate_day": _hit_rate(jobs["day_hits"], jobs["day_embedded"]),
+            "hit_rate_all": _hit_rate(jobs["all_hits"], jobs["all_embedded"]),
+            "embedded_day": jobs["day_embedded"] or 0,
+            "hits_day": jobs["day_hits"] or 0,
+        },
+        "embedding": identity,
+        "failed_jobs": list(
+            IndexJob.objects.filter(state=State.FAILED).select_related("agent").order_by("-created_at")[:recent]
+        ),
+        "failed_files": list(
+            MemoryFile.objects.filter(state=MemoryFile.State.FAILED)
+            .select_related("agent")
+            .defer("content")
+            .order_by("-updated_at")[:recent]
+        ),
+    }

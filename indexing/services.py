@@ -795,6 +795,19 @@ def index_job_fail(*, job_id: int, reason: str) -> None:
     )
 
 
+def index_job_retry(*, job: IndexJob) -> bool:
+    """Queue a failed job again (the admin's "Retry"): its files still failed or pending are indexed
+    anew by the same job. Returns False when the job is not failed (a queued, running or done job has
+    nothing to retry, and a second click is harmless)."""
+    with transaction.atomic():
+        claimed = IndexJob.objects.filter(pk=job.pk, state=JobState.FAILED).update(
+            state=JobState.QUEUED, error="", started_at=None, finished_at=None
+        )
+        if claimed:
+            _enqueue(job)
+    return bool(claimed)
+
+
 @dataclass
 class MaintenanceOutcome:
     stuck_jobs: int = 0

@@ -26,7 +26,7 @@ CSRF_TRUSTED_ORIGINS = env_list("MEMORYHUB_CSRF_TRUSTED_ORIGINS", [])
 PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "memoryhub.apps.MemoryHubAdminConfig",  # django.contrib.admin with the dashboard (admin console)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -1,0 +1,183 @@
+"""Files and jobs in the admin: view-only pages (the API is the only writer) with actions that call the
+indexing services ("Re-index selected files", "Retry selected jobs")."""
+
+from django.contrib import admin, messages
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from indexing.models import Chunk, IndexJob, MemoryFile
+from indexing.services import file_reindex, index_job_retry
+
+# The content view shows at most this many lines; memory_get (GET files/<path>?from=&lines=) reads the rest.
+CONTENT_VIEW_MAX_LINES = 2000
+
+
+def state_badge(state: str) -> str:
+    return format_html('<span class="mh-state mh-state-{}">{}</span>', state, state)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by the API and the workers: operators look and act through actions, never edit."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(MemoryFile)
+class MemoryFileAdmin(ReadOnlyAdmin):
+    list_display = ["path", "agent", "source", "status", "size", "chunks", "indexed_at", "error"]
+    list_select_related = ["agent"]
+    list_filter = ["state", "source"]
+    search_fields = ["path", "agent__slug"]
+    show_full_result_count = False  # one COUNT(*) fewer on every page of a large table
+    actions = ["reindex_selected"]
+    fields = [
+        "agent", "path", "source", "status", "last_error", "size", "content_hash", "indexed_hash", "client_mtime",
+        "created_at", "updated_at", "indexed_at", "job", "chunk_summary", "content_view",
+    ]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "indexing_memoryfile_changelist":
+            # The list never shows the content (up to MEMORYHUB_MAX_FILE_BYTES per row): leave it in Postgres.
+            chunk_count = (
+                Chunk.objects.filter(file_id=OuterRef("pk")).order_by().values("file_id").annotate(n=Count("id")).values("n")
+            )
+            queryset = queryset.defer("content").annotate(chunk_count=Coalesce(Subquery(chunk_count), 0))
+        return queryset
+
+    @admin.display(description="Status", ordering="state")
+    def status(self, memory_file):
+        return state_badge(memory_file.state)
+
+    @admin.display(description="Chunks", ordering="chunk_count")
+    def chunks(self, memory_file):
+        return memory_file.chunk_count
+
+    @admin.display(description="Last error")
+    def error(self, memory_file):
+        return (memory_file.last_error[:120] + "…") if len(memory_file.last_error) > 120 else memory_file.last_error
+
+    @admin.display(description="Chunks")
+    def chunk_summary(self, memory_file):
+        counts = Chunk.objects.filter(file=memory_file).aggregate(
+            total=Count("id"), vectors=Count("id", filter=Q(embedding__isnull=False))
+        )
+        identities = list(
+            Chunk.objects.filter(file=memory_file)
+            .exclude(embedding_identity="")
+            .order_by("embedding_identity")  # not Chunk's default ordering, which would defeat DISTINCT
+            .values_list("embedding_identity", flat=True)
+            .distinct()
+        )
+        return f"{counts['total']} chunks, {counts['vectors']} with a vector" + (f" ({', '.join(identities)})" if identities else "")
+
+    @admin.display(description="Content")
+    def content_view(self, memory_file):
+        lines = memory_file.content.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        shown = lines[:CONTENT_VIEW_MAX_LINES]
+        # Numbered as the chunker and memory_get number them, so search results' line ranges can be read here.
+        body = format_html_join("\n", '<span class="mh-lineno">{}</span>{}', ((n, line) for n, line in enumerate(shown, 1)))
+        more = ""
+        if len(lines) > len(shown):
+            more = format_html(
+                '<p class="help">First {} of {} lines; read the rest with GET /api/v1/files/{}?from={}.</p>',
+                len(shown), len(lines), memory_file.path, len(shown) + 1,
+            )
+        return format_html('<pre class="mh-content">{}</pre>{}', body, more)
+
+    @admin.action(description="Re-index selected files")
+    def reindex_selected(self, request, queryset):
+        by_agent: dict = {}
+        for memory_file in queryset.select_related("agent").only("id", "agent"):
+            by_agent.setdefault(memory_file.agent, []).append(memory_file.pk)
+        jobs = [file_reindex(agent=agent, file_ids=file_ids) for agent, file_ids in by_agent.items()]
+        count = sum(len(ids) for ids in by_agent.values())
+        self.message_user(
+            request,
+            f"{count} file(s) queued for re-indexing in {len(jobs)} job(s): {', '.join(str(j.pk) for j in jobs if j)}.",
+            messages.SUCCESS,
+        )
+
+
+@admin.register(IndexJob)
+class IndexJobAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id", "agent", "trigger", "status", "files", "chunks", "cache_hits", "attempts", "waited", "duration",
+        "created_at", "error_short",
+    ]
+    list_select_related = ["agent"]
+    list_filter = ["state", "trigger"]
+    search_fields = ["agent__slug", "error"]
+    show_full_result_count = False
+    actions = ["retry_selected"]
+    fields = [
+        "agent", "trigger", "status", "attempts", "error", "created_at", "started_at", "finished_at", "waited",
+        "duration", "files_seen", "files_changed", "files_removed", "chunks_added", "chunks_removed",
+        "chunks_embedded", "cache_hits", "malformed_lines", "job_files",
+    ]
+    readonly_fields = fields
+
+    @admin.display(description="Status", ordering="state")
+    def status(self, job):
+        return state_badge(job.state)
+
+    @admin.display(description="Files seen / changed / removed")
+    def files(self, job):
+        return f"{job.files_seen} / {job.files_changed} / {job.files_removed}"
+
+    @admin.display(description="Chunks added / removed / embedded")
+    def chunks(self, job):
+        return f"{job.chunks_added} / {job.chunks_removed} / {job.chunks_embedded}"
+
+    @admin.display(description="Queued for")
+    def waited(self, job):
+        if job.started_at is None:
+            return "—"
+        return _seconds(job.started_at - job.created_at)
+
+    @admin.display(description="Duration")
+    def duration(self, job):
+        if job.started_at is None or job.finished_at is None:
+            return "—"
+        return _seconds(job.finished_at - job.started_at)
+
+    @admin.display(description="Error")
+    def error_short(self, job):
+        return (job.error[:120] + "…") if len(job.error) > 120 else job.error
+
+    @admin.display(description="Files of this job")
+    def job_files(self, job):
+        files = list(MemoryFile.objects.filter(job=job).defer("content").order_by("path")[:50])
+        if not files:
+            return "—"
+        return format_html_join(
+            "", '<div><a href="{}">{}</a> {}</div>',
+            ((reverse("admin:indexing_memoryfile_change", args=[f.pk]), f.path, state_badge(f.state)) for f in files),
+        )
+
+    @admin.action(description="Retry selected failed jobs")
+    def retry_selected(self, request, queryset):
+        retried = [job.pk for job in queryset.filter(state=IndexJob.State.FAILED) if index_job_retry(job=job)]
+        skipped = queryset.count() - len(retried)
+        message = f"{len(retried)} job(s) queued again" + (f": {', '.join(map(str, retried))}" if retried else "")
+        if skipped:
+            message += f"; {skipped} skipped (only failed jobs can be retried)"
+        self.message_user(request, message + ".", messages.SUCCESS if retried else messages.WARNING)
+
+
+def _seconds(delta) -> str:
+    seconds = delta.total_seconds()
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"

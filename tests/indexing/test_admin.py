@@ -1,0 +1,157 @@
+"""Files and jobs in the admin console: status and errors on the lists, content deferred there, the
+numbered content view, "Re-index selected files" and "Retry selected failed jobs", and the dashboard."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from indexing.embeddings import ProviderPermanentError
+from indexing.models import IndexJob
+from indexing.services import file_ingest, index_job_retry
+
+pytestmark = pytest.mark.django_db
+
+NOTES = "# Trip\n\nWe flew to Lisbon in May.\n\n# Food\n\nAlice liked the pastel de nata."
+
+
+@pytest.fixture
+def operator(client):
+    User.objects.create_superuser("operator", "op@example.com", "pw")
+    client.login(username="operator", password="pw")
+    return client
+
+
+@pytest.fixture
+def failed_upload(alice, fake_embeddings, indexed):
+    """A file whose embedding failed for good: failed file, failed job, chunks without vectors."""
+    fake_embeddings.fail_next(ProviderPermanentError("the provider said no"), times=1)
+    with indexed():
+        memory_file, job = file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)
+    memory_file.refresh_from_db()
+    job.refresh_from_db()
+    assert (memory_file.state, job.state) == ("failed", "failed")
+    return memory_file, job
+
+
+def test_the_file_list_shows_status_and_error_without_loading_content(operator, alice, failed_upload):
+    with CaptureQueriesContext(connection) as queries:
+        page = operator.get("/admin/indexing/memoryfile/")
+    html = page.content.decode()
+    assert "memory/trip.md" in html and "mh-state-failed" in html and "the provider said no" in html
+    listing = [q["sql"] for q in queries.captured_queries if 'FROM "indexing_memoryfile"' in q["sql"]]
+    assert listing and all('"indexing_memoryfile"."content"' not in sql for sql in listing)
+
+
+@pytest.mark.parametrize("url", ["/admin/indexing/memoryfile/", "/admin/indexing/indexjob/"])
+def test_file_and_job_lists_cost_the_same_queries_for_more_rows(operator, alice, url, django_assert_max_num_queries):
+    file_ingest(agent=alice.agent, path="MEMORY.md", content="one")
+    with django_assert_max_num_queries(10) as few:
+        operator.get(url)
+    for n in range(20):
+        file_ingest(agent=alice.agent, path=f"memory/{n}.md", content=f"note {n}")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = operator.get(url)
+    assert page.status_code == 200 and len(page.context["cl"].result_list) == 21
+
+
+def test_the_file_page_shows_the_numbered_content_and_its_chunks(operator, failed_upload):
+    memory_file, _ = failed_upload
+    html = operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+    assert '<span class="mh-lineno">7</span>Alice liked the pastel de nata.' in html
+    assert "2 chunks, 0 with a vector" in html
+    assert "the provider said no" in html
+
+
+def test_the_file_page_names_the_index_identity_of_its_vectors_once(operator, alice, fake_embeddings, indexed):
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)
+    html = operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+    assert "2 chunks, 2 with a vector (fake:fake-hash:64)" in html
+
+
+def test_reindex_selected_files_indexes_them_again(operator, alice, failed_upload, indexed):
+    memory_file, _ = failed_upload
+    with indexed():
+        response = operator.post(
+            "/admin/indexing/memoryfile/",
+            {"action": "reindex_selected", "_selected_action": [memory_file.pk]},
+            follow=True,
+        )
+    assert "1 file(s) queued for re-indexing" in response.content.decode()
+    memory_file.refresh_from_db()
+    assert memory_file.state == "indexed" and memory_file.last_error == ""
+    assert memory_file.chunks.exclude(embedding=None).count() == 2
+    assert memory_file.job.trigger == "reindex" and memory_file.job.state == "done"
+
+
+def test_file_and_job_pages_offer_reindex_and_retry_buttons(operator, failed_upload):
+    memory_file, job = failed_upload
+    assert 'id="reindex-this-file"' in operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+    assert 'id="retry-this-job"' in operator.get(f"/admin/indexing/indexjob/{job.pk}/change/").content.decode()
+    job.state = "done"
+    job.save()
+    assert 'id="retry-this-job"' not in operator.get(f"/admin/indexing/indexjob/{job.pk}/change/").content.decode()
+
+
+def test_the_job_list_shows_counts_durations_and_errors(operator, failed_upload):
+    html = operator.get("/admin/indexing/indexjob/").content.decode()
+    assert "mh-state-failed" in html and "the provider said no" in html
+    assert "1 / 1 / 0" in html  # files seen / changed / removed
+    assert " ms" in html or " s<" in html  # a duration
+
+
+def test_retry_selected_jobs_runs_a_failed_job_again(operator, failed_upload, bob, indexed):
+    memory_file, job = failed_upload
+    done = IndexJob.objects.create(agent=bob.agent, trigger="upload", state="done")
+    with indexed():
+        response = operator.post(
+            "/admin/indexing/indexjob/", {"action": "retry_selected", "_selected_action": [job.pk, done.pk]}, follow=True
+        )
+    html = response.content.decode()
+    assert f"1 job(s) queued again: {job.pk}" in html and "1 skipped" in html
+    job.refresh_from_db()
+    memory_file.refresh_from_db()
+    assert (job.state, job.error, memory_file.state) == ("done", "", "indexed")
+    assert job.attempts == 2 and job.chunks_embedded == 2
+
+
+def test_index_job_retry_leaves_unfailed_jobs_alone(alice):
+    for state in ("queued", "running", "done"):
+        job = IndexJob.objects.create(agent=alice.agent, trigger="upload", state=state)
+        assert index_job_retry(job=job) is False
+        job.refresh_from_db()
+        assert job.state == state
+
+
+def test_files_and_jobs_cannot_be_edited_or_added_in_the_admin(operator, failed_upload):
+    memory_file, job = failed_upload
+    assert operator.get("/admin/indexing/memoryfile/add/").status_code == 403
+    operator.post(f"/admin/indexing/memoryfile/{memory_file.pk}/change/", {"content": "changed"})
+    memory_file.refresh_from_db()
+    assert memory_file.content == NOTES
+
+
+def test_the_dashboard_shows_totals_failures_and_the_cache_hit_rate(operator, alice, bob, fake_embeddings, indexed):
+    with indexed():
+        file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)
+        file_ingest(agent=bob.agent, path="memory/trip.md", content=NOTES)  # same text: from the cache
+    IndexJob.objects.create(agent=bob.agent, trigger="sync", state="failed", error="the disk is on fire")
+    page = operator.get("/admin/")
+    stats = page.context["dashboard"]
+    assert stats["agents"]["total"] == 2 and stats["files"]["total"] == 2 and stats["chunks"]["total"] == 4
+    assert stats["jobs"]["hour"] == {"total": 3, "done": 2, "failed": 1}
+    assert stats["cache"]["hit_rate_day"] == 0.5  # bob's two chunks cost no embedding call
+    html = page.content.decode()
+    assert "50 %" in html and "the disk is on fire" in html and "jobs in the last hour" in html
+
+
+def test_the_dashboard_costs_the_same_queries_with_more_data(operator, make_member, django_assert_max_num_queries):
+    with django_assert_max_num_queries(20) as few:
+        operator.get("/admin/")
+    for n in range(10):
+        member = make_member(f"agent-{n}")
+        file_ingest(agent=member.agent, path="MEMORY.md", content=f"note {n}")
+        IndexJob.objects.create(agent=member.agent, trigger="sync", state="failed", error="x")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        assert operator.get("/admin/").status_code == 200
