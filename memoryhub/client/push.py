@@ -76,7 +76,9 @@ class PushResult:
 
 
 def _megabytes(size: int) -> str:
-    return f"{size / 1_048_576:.1f} MB" if size >= 100_000 else f"{size / 1024:.1f} kB"
+    if size >= 100_000:
+        return f"{size / 1_048_576:.1f} MB"
+    return f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} B"
 
 
 def _scope(prefix: str) -> str:

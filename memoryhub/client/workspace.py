@@ -114,9 +114,11 @@ def is_indexed_path(relative: str) -> bool:
 
 
 def is_ignored(relative: str) -> bool:
-    """Whether any part of a local relative path is hidden or a vendor folder (used by ``watch``)."""
-    parts = relative.replace(os.sep, "/").split("/")
-    return any(is_ignored_directory(part) for part in parts[:-1]) or parts[-1].startswith(".")
+    """Whether a local relative path is, or is inside, something hidden or a vendor folder (``watch``).
+
+    The last part counts too: a watch event may name the folder itself (``node_modules`` created).
+    """
+    return any(is_ignored_directory(part) for part in relative.replace(os.sep, "/").split("/"))
 
 
 def read_text(absolute: Path, *, max_bytes: int) -> tuple[str, bytes]:
