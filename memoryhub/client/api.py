@@ -12,9 +12,11 @@ import hmac
 import http.client
 import json
 import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 
 API_PREFIX = "/api/v1/"
 SIGNATURE_HEADER = "X-MemoryHub-Signature"
@@ -28,10 +30,11 @@ class ConfigError(Exception):
 class ServerError(Exception):
     """The server refused the request or could not be reached: exit code 1."""
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None, retry_after: float | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
+        self.retry_after = retry_after
 
 
 def base_url_parse(raw: str) -> str:
@@ -45,14 +48,32 @@ def base_url_parse(raw: str) -> str:
     return url
 
 
+# Every call the client makes is idempotent (a sync states what the server should hold), so a request
+# that met a busy or briefly failing server (429, a deadlock's 500, a proxy's 502-504) is sent again.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_DELAYS = (1.0, 3.0)  # seconds before the 2nd and 3rd attempt, unless Retry-After says otherwise
+MAX_RETRY_AFTER = 30.0
+
+
 class ApiClient:
-    def __init__(self, *, url: str, token: str, webhook_secret: str = "", timeout: float = 120.0):
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str,
+        webhook_secret: str = "",
+        timeout: float = 120.0,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
+        on_retry: Callable[[str], None] | None = None,
+    ):
         self.root = base_url_parse(url)
         if not token:
             raise ConfigError("no agent token: pass --token or set MEMORYHUB_TOKEN")
         self.token = token
         self.webhook_secret = webhook_secret
         self.timeout = timeout
+        self.retry_delays = retry_delays
+        self.on_retry = on_retry or (lambda message: None)
 
     # --- Endpoints -------------------------------------------------------------------------------
 
@@ -99,9 +120,25 @@ class ApiClient:
                 digest = hmac.new(self.webhook_secret.encode(), data, hashlib.sha256).hexdigest()
                 headers[SIGNATURE_HEADER] = f"sha256={digest}"
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        for attempt in range(len(self.retry_delays) + 1):
+            try:
+                payload = self._send(request, method=method, endpoint=endpoint)
+                break
+            except ServerError as exc:
+                if exc.status not in RETRY_STATUSES or attempt == len(self.retry_delays):
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else self.retry_delays[attempt]
+                self.on_retry(f"{exc}; retrying in {delay:g} s")
+                time.sleep(delay)
+        try:
+            return json.loads(payload) if payload else {}
+        except ValueError:
+            raise ServerError(f"{method} {endpoint} answered something that is not JSON (is {self.root} a MemoryHub server?)") from None
+
+    def _send(self, request: urllib.request.Request, *, method: str, endpoint: str) -> bytes:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
+                return response.read()
         except urllib.error.HTTPError as exc:
             raise _http_error(exc, method=method, endpoint=endpoint) from None
         except urllib.error.URLError as exc:
@@ -110,10 +147,6 @@ class ApiClient:
             raise ServerError(f"{self.root} did not answer {method} {endpoint} within {self.timeout:g} s") from None
         except (OSError, http.client.HTTPException) as exc:
             raise ServerError(f"the connection to {self.root} failed during {method} {endpoint}: {exc!r}") from None
-        try:
-            return json.loads(payload) if payload else {}
-        except ValueError:
-            raise ServerError(f"{method} {endpoint} answered something that is not JSON (is {self.root} a MemoryHub server?)") from None
 
 
 def _http_error(exc: urllib.error.HTTPError, *, method: str, endpoint: str) -> ServerError:
@@ -126,5 +159,9 @@ def _http_error(exc: urllib.error.HTTPError, *, method: str, endpoint: str) -> S
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         code, message = None, f"{exc.reason} (not a MemoryHub error body)"
+    try:
+        retry_after = min(max(float(exc.headers.get("Retry-After", "")), 0.0), MAX_RETRY_AFTER)
+    except (TypeError, ValueError):  # absent, or an HTTP date: use our own delays
+        retry_after = None
     prefix = f"{method} {endpoint}: {exc.code}" + (f" {code}" if code else "")
-    return ServerError(f"{prefix}: {message}", status=exc.code, code=code)
+    return ServerError(f"{prefix}: {message}", status=exc.code, code=code, retry_after=retry_after)

@@ -105,7 +105,10 @@ def _client(args, *, with_secret: bool = False) -> ApiClient:
     url = args.url or os.environ.get("MEMORYHUB_URL") or DEFAULT_URL
     token = args.token or os.environ.get("MEMORYHUB_TOKEN") or ""
     secret = (getattr(args, "webhook_secret", None) or os.environ.get("MEMORYHUB_WEBHOOK_SECRET") or "") if with_secret else ""
-    return ApiClient(url=url, token=token.strip(), webhook_secret=secret, timeout=args.timeout)
+    return ApiClient(
+        url=url, token=token.strip(), webhook_secret=secret, timeout=args.timeout,
+        on_retry=lambda message: print(f"{PROG}: {message}", file=sys.stderr, flush=True),
+    )
 
 
 def _workspace(args) -> Path:
