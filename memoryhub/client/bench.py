@@ -2,7 +2,8 @@
 
 Writes a synthetic agent workspace into a temporary folder (daily notes under ``memory/``, JSONL
 transcripts under ``sessions/``, plain notes under ``notes/``, ~2 kB each, deterministic), then times,
-end to end on the client, a first push, an unchanged re-push, and a push after editing one file. It
+end to end on the client, a first push (and until the server has indexed it), an unchanged re-push,
+and a push after editing one file. It
 pushes under its own ``--prefix`` (default ``bench/``) and deletes those files again at the end, so the
 agent's other files are left alone. Needs MEMORYHUB_URL / MEMORYHUB_TOKEN (or --url / --token).
 """
@@ -63,6 +64,13 @@ def workspace_generate(root: Path, *, files: int, seed: int = 7) -> int:
     return total
 
 
+def _wait_until_indexed(client: ApiClient, *, timeout: float = 600.0) -> float:
+    started = time.monotonic()
+    while client.status().get("pending") and time.monotonic() - started < timeout:
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memoryhub.client.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=2000)
@@ -83,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                     edited.write_text(edited.read_text() + "\nOne more line.\n")
                 result = workspace_push(client=client, root=root, options=options)
                 print(f"{label:<18} {result.seconds:6.2f} s   {result.summary()}")
+                if label == "first push":
+                    waited = _wait_until_indexed(client)
+                    print(f"{'  … all indexed':<18} {result.seconds + waited:6.2f} s   (GET status until pending is 0)")
             # Tidy up in one request: an empty listing with delete_missing, scoped to the prefix.
             client.sync(files=[], delete_missing=True, prefix=args.prefix.strip("/") + "/")
     except ConfigError as exc:

@@ -214,7 +214,7 @@ def _print_results(response: dict) -> None:
     footer = f"{len(results)} result{'s' if len(results) != 1 else ''}"
     details = [str(response[key]) for key in ("mode",) if response.get(key)]
     if response.get("took_ms") is not None:
-        details.append(f"{response['took_ms']} ms")
+        details.append(f"{float(response['took_ms']):.0f} ms")
     print(footer + (f" ({', '.join(details)})" if details else ""), file=sys.stderr)
     if response.get("pending"):
         print("note: recent changes are still being indexed; results may be incomplete", file=sys.stderr)
