@@ -227,6 +227,34 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
 # --- Search (search) -----------------------------------------------------------------------------
+# How the two halves are fused: weighted (score = weighted mean of cosine similarity and BM25 scaled to
+# the query's best keyword hit) or rrf (reciprocal rank fusion, scaled so rank 1 in both halves is 1.0).
+MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "weighted", ["weighted", "rrf"])
+# Weights of the vector and keyword halves (both fusion methods). With 0.5/0.5 the best keyword hit
+# without any vector support scores 0.5, well above the default min_score.
+MEMORYHUB_SEARCH_VECTOR_WEIGHT = env_float("MEMORYHUB_SEARCH_VECTOR_WEIGHT", 0.5, minimum=0, maximum=1)
+MEMORYHUB_SEARCH_KEYWORD_WEIGHT = env_float("MEMORYHUB_SEARCH_KEYWORD_WEIGHT", 0.5, minimum=0, maximum=1)
+if MEMORYHUB_SEARCH_VECTOR_WEIGHT + MEMORYHUB_SEARCH_KEYWORD_WEIGHT <= 0:
+    raise ImproperlyConfigured("MEMORYHUB_SEARCH_VECTOR_WEIGHT and MEMORYHUB_SEARCH_KEYWORD_WEIGHT cannot both be 0")
+# The k of RRF: larger values flatten the difference between ranks.
+MEMORYHUB_SEARCH_RRF_K = env_int("MEMORYHUB_SEARCH_RRF_K", 60, minimum=1, maximum=1000)
+# Results scoring below this (on the 0..1 scale above) are dropped unless the request says otherwise.
+MEMORYHUB_SEARCH_MIN_SCORE = env_float("MEMORYHUB_SEARCH_MIN_SCORE", 0.1, minimum=0, maximum=1)
+# Results per search when the request does not say, and the most a request may ask for.
+MEMORYHUB_SEARCH_MAX_RESULTS = env_int("MEMORYHUB_SEARCH_MAX_RESULTS", 6, minimum=1, maximum=1000)
+MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT = env_int("MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT", 50, minimum=1, maximum=1000)
+if MEMORYHUB_SEARCH_MAX_RESULTS > MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT:
+    raise ImproperlyConfigured("MEMORYHUB_SEARCH_MAX_RESULTS must not exceed MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT")
+# Longest snippet in characters; snippets fill it with the best lines and their neighbours.
+MEMORYHUB_SEARCH_SNIPPET_CHARS = env_int("MEMORYHUB_SEARCH_SNIPPET_CHARS", 700, minimum=80, maximum=20_000)
+# Candidates taken from each half before fusion (at least twice max_results).
+MEMORYHUB_SEARCH_CANDIDATE_POOL = env_int("MEMORYHUB_SEARCH_CANDIDATE_POOL", 50, minimum=1, maximum=10_000)
+# Boost for recent dated memory files (memory/YYYY-MM-DD.md): 0 = off; b makes a file's score fall from
+# 1x (today) towards (1 - b)x with its age, halving the gap every HALF_LIFE_DAYS. Undated files are evergreen.
+MEMORYHUB_SEARCH_RECENCY_BOOST = env_float("MEMORYHUB_SEARCH_RECENCY_BOOST", 0.0, minimum=0, maximum=1)
+MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0, minimum=0.1)
+# Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
+MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 
 # --- Integrations: tools, MCP, admin console (integrations) --------------------------------------
 

@@ -1,0 +1,73 @@
+"""POST /api/v1/search — hybrid search over this agent's memory (read scope). A thin view over
+search.services.memory_search; filters are flat fields of the request body."""
+
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from indexing.apis import MtimeField
+from indexing.models import MemoryFile
+from indexing.paths import prefix_normalize
+from search.services import MODES, memory_search
+from search.types import SearchFilters
+
+
+class SearchApi(APIView):
+    required_scope = "read"
+
+    class InputSerializer(serializers.Serializer):
+        query = serializers.CharField(trim_whitespace=False, allow_blank=True)
+        max_results = serializers.IntegerField(required=False, allow_null=True)
+        min_score = serializers.FloatField(required=False, allow_null=True)
+        mode = serializers.ChoiceField(choices=MODES, required=False, allow_null=True)
+        sources = serializers.ListField(
+            child=serializers.ChoiceField(choices=MemoryFile.Source.values), required=False, allow_empty=True
+        )
+        path_prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        modified_since = MtimeField(required=False, allow_null=True)
+        modified_until = MtimeField(required=False, allow_null=True)
+        explain = serializers.BooleanField(required=False, default=False)
+
+    class OutputSerializer(serializers.Serializer):
+        class ResultSerializer(serializers.Serializer):
+            path = serializers.CharField()
+            start_line = serializers.IntegerField()
+            end_line = serializers.IntegerField()
+            score = serializers.FloatField()
+            snippet = serializers.CharField()
+            source = serializers.CharField()
+
+        class ExplainedResultSerializer(ResultSerializer):
+            explain = serializers.DictField()
+
+        results = serializers.SerializerMethodField()
+        mode = serializers.CharField()
+        pending = serializers.IntegerField()
+        took_ms = serializers.FloatField()
+        message = serializers.CharField(allow_blank=True)
+
+        def get_results(self, response):
+            explained = self.context.get("explain")
+            serializer = self.ExplainedResultSerializer if explained else self.ResultSerializer
+            return serializer(response.results, many=True).data
+
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        filters = SearchFilters(
+            sources=tuple(dict.fromkeys(data.get("sources") or ())),
+            path_prefix=prefix_normalize(data.get("path_prefix")),
+            modified_since=data.get("modified_since"),
+            modified_until=data.get("modified_until"),
+        )
+        response = memory_search(
+            agent=request.user,
+            query=data["query"],
+            max_results=data.get("max_results"),
+            min_score=data.get("min_score"),
+            mode=data.get("mode"),
+            filters=filters,
+            explain=data["explain"],
+        )
+        return Response(self.OutputSerializer(response, context={"explain": data["explain"]}).data)

@@ -1,0 +1,112 @@
+"""Fusing the two halves into one ranked list with one documented score scale (0..1).
+
+Weighted fusion (default): ``score = (wv * vector + wk * keyword) / (wv + wk)`` where ``vector`` is the
+cosine similarity (``1 - distance``, clamped to 0..1) and ``keyword`` is BM25 scaled so the query's best
+keyword hit is 1.0. A half that did not return the chunk contributes 0. With the default 0.5 / 0.5 the
+best exact keyword hit with no vector support scores 0.5, far above the default ``min_score`` of 0.1 —
+unlike OpenClaw's 0.7/0.3 with 0.35, which silently drops it (openclaw#25183).
+
+RRF: ``sum(w / (k + rank))`` over the halves, divided by its maximum ``sum(w / (k + 1))`` so that a chunk
+ranked first by both halves scores 1.0 and one ranked first by one half only scores that half's share.
+
+Overlapping hits: the chunker overlaps neighbouring windows, so one passage can come back as two or
+three chunks of one file. ``overlaps_deferred`` moves a chunk that overlaps or touches a better-ranked
+chunk of the same file (or a chain of such chunks) behind every other hit: other answers come first, and the later chunk is still
+used when there is room (its snippet then shows only lines not shown yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from search.keyword import KeywordHit
+
+FUSION_METHODS = ("weighted", "rrf")
+
+
+@dataclass
+class Candidate:
+    chunk_id: int
+    score: float = 0.0
+    vector_rank: int | None = None  # 1-based rank in the vector half
+    vector_score: float | None = None  # cosine similarity, 0..1
+    keyword_rank: int | None = None
+    keyword_score: float | None = None  # BM25 scaled to the query's best hit, 0..1
+
+    def explain(self) -> dict:
+        return {
+            "vector_rank": self.vector_rank,
+            "vector_score": None if self.vector_score is None else round(self.vector_score, 4),
+            "keyword_rank": self.keyword_rank,
+            "keyword_score": None if self.keyword_score is None else round(self.keyword_score, 4),
+        }
+
+
+def similarity(distance: float) -> float:
+    """Cosine distance (0..2) as a similarity on 0..1; opposite or orthogonal vectors score 0."""
+    return min(1.0, max(0.0, 1.0 - distance))
+
+
+def fuse(
+    *,
+    vector: list[tuple[int, float]],
+    keyword: list[KeywordHit],
+    method: str = "weighted",
+    vector_weight: float = 0.5,
+    keyword_weight: float = 0.5,
+    rrf_k: int = 60,
+) -> list[Candidate]:
+    """One list of candidates, best first (ties: better vector rank, then keyword rank, then id).
+
+    Only the halves that ran count: pass ``vector=[]`` with ``vector_weight=0`` for keyword mode, and
+    the other way round for vector mode, so a single half scores on the same 0..1 scale.
+    """
+    if method not in FUSION_METHODS:
+        raise ValueError(f"unknown fusion method {method!r}")
+    if vector_weight < 0 or keyword_weight < 0 or vector_weight + keyword_weight <= 0:
+        raise ValueError("fusion weights must be non-negative and not both zero")
+    candidates: dict[int, Candidate] = {}
+    for rank, (chunk_id, distance) in enumerate(vector, start=1):
+        candidate = candidates.setdefault(chunk_id, Candidate(chunk_id))
+        if candidate.vector_rank is None:
+            candidate.vector_rank, candidate.vector_score = rank, similarity(distance)
+    for rank, hit in enumerate(keyword, start=1):
+        candidate = candidates.setdefault(hit.chunk_id, Candidate(hit.chunk_id))
+        if candidate.keyword_rank is None:
+            candidate.keyword_rank, candidate.keyword_score = rank, max(0.0, min(1.0, hit.score))
+
+    total = vector_weight + keyword_weight
+    if method == "weighted":
+        for c in candidates.values():
+            c.score = (vector_weight * (c.vector_score or 0.0) + keyword_weight * (c.keyword_score or 0.0)) / total
+    else:
+        best = total / (rrf_k + 1)
+        for c in candidates.values():
+            raw = 0.0
+            if c.vector_rank is not None:
+                raw += vector_weight / (rrf_k + c.vector_rank)
+            if c.keyword_rank is not None:
+                raw += keyword_weight / (rrf_k + c.keyword_rank)
+            c.score = raw / best
+
+    missing = 1 << 30
+    return sorted(
+        candidates.values(),
+        key=lambda c: (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id),
+    )
+
+
+def overlaps_deferred(ranked: list, *, span) -> list:
+    """``ranked`` with every item whose span overlaps or touches the span of a better-ranked item of the
+    same file moved to the end (in their original order). ``span(item) -> (file_id, start, end)``."""
+    kept, deferred = [], []
+    taken: dict[int, list[tuple[int, int]]] = {}
+    for item in ranked:
+        file_id, start, end = span(item)
+        ranges = taken.setdefault(file_id, [])
+        if any(start <= e + 1 and s <= end + 1 for s, e in ranges):
+            deferred.append(item)
+        else:
+            kept.append(item)
+        ranges.append((start, end))  # a chain of overlapping windows is one passage
+    return kept + deferred

@@ -1,0 +1,162 @@
+"""The keyword half of search: BM25 over Chunk.search_vector, for one agent.
+
+Why not ``plainto_tsquery``/``websearch_to_tsquery`` as is: both AND every word, and a natural-language
+question ("when did Caroline go to the support group?") then matches almost nothing. We turn the query
+into its lexemes with the column's own configuration (``to_tsvector(KEYWORD_CONFIG, …)``: same
+stemming, same stop words, CJK bigrams added as the indexer adds them) and search for an OR of them.
+Each lexeme reaches SQL as a quoted tsquery literal in a bound parameter, so no query string can
+inject tsquery operators or SQL.
+
+Why BM25 and not ``ts_rank_cd``: ts_rank has no IDF (a match on "went" counts as much as a match on
+"Caroline") and is not normalised. Scores here are Okapi BM25 with the IDF of each lexeme computed
+from this agent's chunks only, scaled so the best hit of the query scores 1.0.
+
+Term frequency without unnesting every matched tsvector: for a single-lexeme query whose positions all
+carry the same weight, ``ts_rank('{1,1,1,1}', v, q, 0)`` is exactly ``H(tf) / (pi^2/6)`` with
+``H(n) = sum(1/i^2, i=1..n)`` (Postgres's calc_rank_or), and ``pi^2/6 - H(n)`` is ``1/n - 1/(2n^2) + …``,
+so ``tf = round(1 / (pi^2/6 * (1 - r)) - 0.5)`` recovers the count exactly (tsvector keeps at most 256
+positions per lexeme; float4 is precise enough far beyond that). That is one C call per row and
+lexeme instead of a set-returning unnest of the whole vector per row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from django.db import connection
+
+from indexing.models import KEYWORD_CONFIG
+from search.text import keyword_document
+from search.types import SearchFilters
+
+# A pasted paragraph is a legitimate query, but hundreds of OR-ed lexemes cost more than they add.
+MAX_QUERY_LEXEMES = 64
+
+# Okapi BM25 parameters (the usual defaults).
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+@dataclass(frozen=True)
+class KeywordHit:
+    chunk_id: int
+    score: float  # BM25 / best BM25 of this query: 0..1, the best hit is 1.0
+    bm25: float
+
+
+@dataclass(frozen=True)
+class KeywordResult:
+    hits: list[KeywordHit]
+    lexemes: list[str]  # the query's lexemes, as the column stores them
+    idf: dict[str, float]  # per-agent IDF of each lexeme that matched something
+
+
+def query_lexemes(query: str) -> list[str]:
+    """The distinct lexemes of ``query`` under the keyword index's configuration, in query order."""
+    if not query.strip():
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY positions[1], lexeme",
+            [KEYWORD_CONFIG, keyword_document(query)],
+        )
+        return [row[0] for row in cursor.fetchall()][:MAX_QUERY_LEXEMES]
+
+
+def lexeme_tsquery(lexeme: str) -> str:
+    """A tsquery literal matching exactly this lexeme (quoted, so operators inside it are plain text)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def lines_lexemes(lines: list[str]) -> list[set[str]]:
+    """The lexemes of each line, with the same configuration (snippets pick lines with these)."""
+    if not lines:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT array(SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, t.line))) "
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS t(line, i) ORDER BY t.i",
+            [KEYWORD_CONFIG, [keyword_document(line) for line in lines]],
+        )
+        return [set(row[0]) for row in cursor.fetchall()]
+
+
+# Plan: the GIN index (chunk_search_vector_gin) finds the chunks containing any lexeme, the agent
+# condition is checked on those rows; df per lexeme is counted over this agent's matching chunks
+# (every chunk that contains a lexeme matches the OR query, so the count is the agent's true df).
+# The file table is joined only when filters are set, after scoring, so unfiltered searches never
+# touch it and the IDF stays the agent's whatever the filter.
+_SQL = """
+WITH terms AS (
+    SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
+),
+matched AS MATERIALIZED (
+    SELECT c.id, c.file_id, c.token_count,
+           array(SELECT ts_rank('{{1,1,1,1}}', c.search_vector, t.q, 0) FROM terms t ORDER BY t.i) AS ranks
+    FROM indexing_chunk c
+    WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
+),
+tf AS (
+    SELECT m.id, m.file_id, m.token_count, t.i,
+           round(1.0 / (1.6449340668482264 * (1.0 - LEAST(m.ranks[t.i], 0.999999)::float8)) - 0.5) AS tf
+    FROM matched m CROSS JOIN terms t
+    WHERE m.ranks[t.i] > 0
+),
+df AS (
+    SELECT i, count(*) AS df FROM tf GROUP BY i
+),
+stats AS (
+    SELECT count(*) AS n, GREATEST(avg(token_count), 1) AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
+),
+scored AS (
+    SELECT tf.id, tf.file_id,
+           sum(
+               ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+               * tf.tf * (%(k1)s + 1)
+               / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * GREATEST(tf.token_count, 1) / stats.avgdl))
+           ) AS bm25
+    FROM tf JOIN df USING (i) CROSS JOIN stats
+    GROUP BY tf.id, tf.file_id
+)
+SELECT s.id, s.bm25, (SELECT json_object_agg(i, df) FROM df), (SELECT n FROM stats)
+FROM scored s {file_join}
+{file_where}
+ORDER BY s.bm25 DESC, s.id
+LIMIT %(limit)s
+"""
+
+
+def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
+    """The agent's chunks matching any lexeme of ``query``, best BM25 first (at most ``limit``)."""
+    lexemes = query_lexemes(query)
+    if not lexemes:
+        return KeywordResult(hits=[], lexemes=[], idf={})
+    terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
+    params = {
+        "terms": terms,
+        "agent": agent_id,
+        "query": " | ".join(terms),
+        "k1": BM25_K1,
+        "b": BM25_B,
+        "limit": limit,
+    }
+    file_join = file_where = ""
+    if not filters.is_empty:
+        clause, filter_params = filters.file_sql("f")
+        # file_sql uses %s placeholders; name them so they mix with the named ones above.
+        for n, value in enumerate(filter_params):
+            clause = clause.replace("%s", f"%(filter_{n})s", 1)
+            params[f"filter_{n}"] = value
+        file_join = "JOIN indexing_memoryfile f ON f.id = s.file_id"
+        file_where = f"WHERE {clause}"
+    with connection.cursor() as cursor:
+        cursor.execute(_SQL.format(file_join=file_join, file_where=file_where), params)
+        rows = cursor.fetchall()
+    if not rows:
+        return KeywordResult(hits=[], lexemes=lexemes, idf={})
+    dfs, n = rows[0][2] or {}, rows[0][3] or 0
+    idf = {lexemes[int(i) - 1]: math.log(1 + (n - df + 0.5) / (df + 0.5)) for i, df in dfs.items()}
+    best = rows[0][1] or 1.0
+    hits = [KeywordHit(chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1]) for row in rows]
+    return KeywordResult(hits=hits, lexemes=lexemes, idf=idf)

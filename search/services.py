@@ -1,0 +1,318 @@
+"""memory_search: the one entry point every caller uses (REST API, tools, MCP, admin playground).
+
+query → validate → embed the query (LRU-cached) → vector and keyword candidates of this agent only,
+a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → min_score →
+overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
+
+Score scale (0..1, see fusion.py): with the default weighted fusion, 0.5 × cosine similarity +
+0.5 × keyword score (BM25 scaled so the query's best keyword hit is 1). The best exact keyword hit with
+no vector support scores 0.5, so the default min_score of 0.1 never drops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from datetime import date, datetime, timezone as dt_timezone
+
+from django.conf import settings
+
+from agents.models import Agent
+from indexing.embedding_identity import EmbeddingIdentity, configured_identity
+from indexing.models import Chunk, MemoryFile
+from memoryhub.errors import ApiError
+from search.fusion import Candidate, fuse, overlaps_deferred
+from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
+from search.snippets import FileLines, line_scores, snippet_build
+from search.types import SearchFilters, SearchResponse, SearchResult
+from search.vector import vector_candidates
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "vector", "keyword")
+MAX_QUERY_CHARS = 10_000
+_DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\.md$")
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(status_code=400, code="invalid_request", message=message)
+
+
+# --- Query embeddings, cached -------------------------------------------------------------------
+
+_query_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+_query_cache_lock = threading.Lock()
+
+
+def query_embedding(*, provider, text: str) -> list[float]:
+    """The provider's vector for a query; the last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
+    (agents repeat questions, and an embedding call costs far more than the search itself)."""
+    size = settings.MEMORYHUB_SEARCH_QUERY_CACHE_SIZE
+    key = (provider.identity.key, text)
+    with _query_cache_lock:
+        vector = _query_cache.get(key)
+        if vector is not None:
+            _query_cache.move_to_end(key)
+            return vector
+    vector = list(provider.embed_query(text))
+    if size > 0:
+        with _query_cache_lock:
+            _query_cache[key] = vector
+            while len(_query_cache) > size:
+                _query_cache.popitem(last=False)
+    return vector
+
+
+def query_cache_clear() -> None:
+    with _query_cache_lock:
+        _query_cache.clear()
+
+
+# --- Input --------------------------------------------------------------------------------------
+
+
+def _clean_query(query) -> str:
+    if not isinstance(query, str):
+        raise _bad_request("query must be a string.")
+    # NUL cannot reach Postgres and lone surrogates cannot be encoded: neither carries meaning.
+    query = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+    if not query.strip():
+        raise _bad_request("query must not be empty.")
+    if len(query) > MAX_QUERY_CHARS:
+        raise _bad_request(f"query is longer than {MAX_QUERY_CHARS} characters ({len(query)}).")
+    return query.strip()
+
+
+def _check_number(name: str, value, *, low, high, integer: bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise _bad_request(f"{name} must be {'a whole number' if integer else 'a number'}.")
+    if value != value or not low <= value <= high:  # NaN fails both comparisons
+        raise _bad_request(f"{name} must be between {low} and {high}.")
+    return value
+
+
+def _check_filters(filters: SearchFilters) -> None:
+    unknown = [s for s in filters.sources if s not in MemoryFile.Source.values]
+    if unknown:
+        raise _bad_request(f"Unknown source(s) {', '.join(map(repr, unknown))}; use {', '.join(MemoryFile.Source.values)}.")
+    if "\x00" in filters.path_prefix:
+        raise _bad_request("path_prefix must not contain NUL.")
+    since, until = filters.modified_since, filters.modified_until
+    if since is not None and until is not None and since > until:
+        raise _bad_request("modified_since is after modified_until.")
+
+
+# --- Recency ------------------------------------------------------------------------------------
+
+
+def recency_factor(path: str, *, today: date, boost: float, half_life_days: float) -> float:
+    """Multiplier for a dated memory file (memory/YYYY-MM-DD.md): 1 for today, falling towards
+    1 - boost with the file's age (half-life in days). Undated files (MEMORY.md, topics) are evergreen: 1."""
+    if boost <= 0:
+        return 1.0
+    match = _DATED_MEMORY.search(path)
+    if not match:
+        return 1.0
+    try:
+        day = date(*(int(part) for part in match.groups()))
+    except ValueError:
+        return 1.0
+    age = max(0, (today - day).days)
+    return (1 - boost) + boost * 0.5 ** (age / half_life_days)
+
+
+# --- The search ---------------------------------------------------------------------------------
+
+
+def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
+    return Chunk.objects.filter(agent=agent, embedding_identity=identity.key).exclude(embedding=None).exists()
+
+
+def _pending_files(*, agent: Agent) -> int:
+    return MemoryFile.objects.filter(
+        agent=agent, state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING]
+    ).count()
+
+
+def memory_search(
+    *,
+    agent: Agent,
+    query: str,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    mode: str | None = None,
+    filters: SearchFilters | None = None,
+    explain: bool = False,
+) -> SearchResponse:
+    """Search one agent's memory. Raises ApiError (400) for bad input; see the module docstring."""
+    started = time.perf_counter()
+    query = _clean_query(query)
+    limit = settings.MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT
+    max_results = settings.MEMORYHUB_SEARCH_MAX_RESULTS if max_results is None else max_results
+    max_results = _check_number("max_results", max_results, low=1, high=limit, integer=True)
+    min_score = settings.MEMORYHUB_SEARCH_MIN_SCORE if min_score is None else min_score
+    min_score = float(_check_number("min_score", min_score, low=0, high=1, integer=False))
+    if mode is not None and mode not in MODES:
+        raise _bad_request(f"mode must be one of {', '.join(MODES)}.")
+    filters = filters or SearchFilters()
+    _check_filters(filters)
+
+    notes: list[str] = []
+    used_mode = mode or "hybrid"
+    identity = configured_identity()
+    embedding: list[float] | None = None
+    if used_mode in ("hybrid", "vector"):
+        embedding, why_not = _embed_for_search(agent=agent, identity=identity, query=query)
+        if embedding is None:
+            notes.append(f"{why_not} Keyword search only.")
+            used_mode = "keyword"
+
+    pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
+    vector_hits: list[tuple[int, float]] = []
+    if embedding is not None:
+        vector_hits = vector_candidates(
+            agent_id=agent.pk, query_embedding=embedding, identity=identity,
+            dimensions=identity.dimensions, filters=filters, limit=pool,
+        )
+    if used_mode in ("hybrid", "keyword"):
+        keyword = keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+    else:
+        keyword = KeywordResult(hits=[], lexemes=query_lexemes(query), idf={})
+
+    weights = {
+        "hybrid": (settings.MEMORYHUB_SEARCH_VECTOR_WEIGHT, settings.MEMORYHUB_SEARCH_KEYWORD_WEIGHT),
+        "vector": (1.0, 0.0),
+        "keyword": (0.0, 1.0),
+    }[used_mode]
+    candidates = fuse(
+        vector=vector_hits, keyword=keyword.hits, method=settings.MEMORYHUB_SEARCH_FUSION,
+        vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
+    )
+    results, best_below = _results(
+        candidates=candidates, keyword=keyword, max_results=max_results, min_score=min_score, explain=explain
+    )
+
+    pending = _pending_files(agent=agent)
+    if not results:
+        if best_below is not None:
+            notes.insert(0, f"Nothing matched with a score of at least {min_score:g} (best: {best_below:.3f}).")
+        else:
+            notes.insert(0, "Nothing matched.")
+    if pending:
+        notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
+    return SearchResponse(
+        results=results,
+        mode=used_mode,
+        pending=pending,
+        took_ms=round((time.perf_counter() - started) * 1000, 2),
+        message=" ".join(notes),
+    )
+
+
+def _embed_for_search(*, agent: Agent, identity: EmbeddingIdentity, query: str) -> tuple[list[float] | None, str]:
+    """(query vector, "") or (None, the reason vector search cannot run)."""
+    from indexing.embeddings import get_provider
+
+    if not identity.has_vectors:
+        return None, "Vector search is off (embedding provider 'none')."
+    if not _agent_has_vectors(agent=agent, identity=identity):
+        return None, f"No chunk of this agent is embedded with {identity.key} yet."
+    try:
+        provider = get_provider()
+        if provider is None:
+            return None, "Vector search is off (embedding provider 'none')."
+        vector = query_embedding(provider=provider, text=query)
+    except Exception as exc:  # any provider failure degrades to keyword search, never a 500
+        logger.warning("query embedding failed, searching by keyword only: %s", exc)
+        return None, f"The embedding provider failed ({exc.__class__.__name__})."
+    if len(vector) != identity.dimensions:
+        return None, "The embedding provider returned a vector of the wrong size."
+    return vector, ""
+
+
+def _results(
+    *, candidates: list[Candidate], keyword: KeywordResult, max_results: int, min_score: float, explain: bool
+) -> tuple[list[SearchResult], float | None]:
+    """Snippets for the best candidates; also the best score that min_score dropped (for the message)."""
+    boost = settings.MEMORYHUB_SEARCH_RECENCY_BOOST
+    chunk_ids = [c.chunk_id for c in candidates]
+    chunks = {
+        row["id"]: row
+        for row in Chunk.objects.filter(pk__in=chunk_ids).values("id", "file_id", "start_line", "end_line", "text")
+    }
+    candidates = [c for c in candidates if c.chunk_id in chunks]  # deleted since the candidate queries
+    if boost > 0 and candidates:
+        paths = dict(MemoryFile.objects.filter(pk__in={chunks[c.chunk_id]["file_id"] for c in candidates}).values_list("id", "path"))
+        today = datetime.now(dt_timezone.utc).date()
+        half_life = settings.MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS
+        for c in candidates:
+            c.score *= recency_factor(paths.get(chunks[c.chunk_id]["file_id"], ""), today=today, boost=boost, half_life_days=half_life)
+        candidates.sort(key=lambda c: -c.score)
+    best_below = max((c.score for c in candidates if c.score < min_score), default=None)
+    candidates = [c for c in candidates if c.score >= min_score]
+    candidates = overlaps_deferred(
+        candidates, span=lambda c: (chunks[c.chunk_id]["file_id"], chunks[c.chunk_id]["start_line"], chunks[c.chunk_id]["end_line"])
+    )
+
+    files: dict[int, MemoryFile] = {}
+    file_lines: dict[int, FileLines] = {}
+    shown: dict[int, set[int]] = {}
+    results: list[SearchResult] = []
+    budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
+    batch = max_results + 4
+    for offset in range(0, len(candidates), batch):
+        if len(results) >= max_results:
+            break
+        group = candidates[offset : offset + batch]
+        wanted = {chunks[c.chunk_id]["file_id"] for c in group} - files.keys()
+        for memory_file in MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "content", "content_hash", "indexed_hash"):
+            files[memory_file.pk] = memory_file
+        # Lines of every region of this group, then their lexemes in one query.
+        regions = []
+        for c in group:
+            chunk = chunks[c.chunk_id]
+            memory_file = files.get(chunk["file_id"])
+            if memory_file is None:
+                regions.append(None)
+                continue
+            if memory_file.indexed_hash == memory_file.content_hash:
+                lines = file_lines.get(memory_file.pk)
+                if lines is None:
+                    lines = file_lines[memory_file.pk] = FileLines.of_file(content=memory_file.content, source=memory_file.source)
+            else:  # the stored file changed since this chunk was indexed: its own text is the truth
+                lines = FileLines.of_chunk(text=chunk["text"], start_line=chunk["start_line"], end_line=chunk["end_line"])
+            region = lines.region(chunk["start_line"], chunk["end_line"])
+            regions.append(None if region is None else (lines, region))
+        flat = [lines.lines[i] for item in regions if item for lines, (a, b) in [item] for i in range(a, b + 1)]
+        lexemes = lines_lexemes(flat) if keyword.lexemes else [set() for _ in flat]
+        position = 0
+        for c, item in zip(group, regions):
+            if len(results) >= max_results:
+                break
+            if item is None:
+                continue
+            lines, (a, b) = item
+            region_lexemes = lexemes[position : position + b - a + 1]
+            position += b - a + 1
+            memory_file = files[chunks[c.chunk_id]["file_id"]]
+            snippet = snippet_build(
+                file_lines=lines, region=(a, b), scores=line_scores(region_lexemes, keyword.idf, keyword.lexemes),
+                shown=shown.setdefault(memory_file.pk, set()), budget=budget, query_lexemes=keyword.lexemes,
+            )
+            if snippet is None:
+                continue  # every line of it is already shown by a better hit
+            results.append(
+                SearchResult(
+                    path=memory_file.path,
+                    start_line=lines.cite(snippet.first),
+                    end_line=lines.cite(snippet.last),
+                    score=round(c.score, 4),
+                    snippet=snippet.text,
+                    source=memory_file.source,
+                    explain=c.explain() if explain else None,
+                )
+            )
+    return results, best_below

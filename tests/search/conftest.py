@@ -1,0 +1,80 @@
+"""Search tests index real files through the real pipeline (tasks run eagerly, in the test process)
+with the deterministic fake embedding provider, then search through the service or the API."""
+
+import pytest
+
+from indexing.embeddings import FakeProvider
+from indexing.services import file_ingest
+from memoryhub.celery import app as celery_app
+from search.services import query_cache_clear
+
+
+@pytest.fixture(autouse=True)
+def eager_tasks():
+    old = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
+    celery_app.conf.task_always_eager = True
+    celery_app.conf.task_eager_propagates = False
+    yield
+    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = old
+
+
+@pytest.fixture(autouse=True)
+def fake_embeddings(settings):
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 64
+    FakeProvider.reset_counts()
+    query_cache_clear()
+    yield FakeProvider
+    FakeProvider.reset_counts()
+    query_cache_clear()
+
+
+@pytest.fixture
+def index_files(django_capture_on_commit_callbacks):
+    """index_files(member, {path: content}) stores and indexes the files; returns the MemoryFiles."""
+
+    def index(member, files: dict[str, str], **fields):
+        stored = []
+        with django_capture_on_commit_callbacks(execute=True):
+            for path, content in files.items():
+                memory_file, _ = file_ingest(agent=member.agent, path=path, content=content, **fields)
+                stored.append(memory_file)
+        for memory_file in stored:
+            memory_file.refresh_from_db()
+            assert memory_file.state == "indexed", memory_file.last_error
+        return stored
+
+    return index
+
+
+@pytest.fixture
+def search():
+    """search(member, query, **fields) → (status code, JSON body) of POST /api/v1/search."""
+
+    def run(member, query, **fields):
+        response = member.client.post("/api/v1/search", {"query": query, **fields}, format="json")
+        return response.status_code, response.json()
+
+    return run
+
+
+NOTES = """# Project notes
+
+## Deployment
+We deploy the billing service every Tuesday at 10:00 with the blue-green script.
+Rollbacks use the previous container image; never hot-patch production.
+
+## People
+Caroline leads the payments team and prefers written proposals.
+Melanie joined in March and owns the mobile app release train.
+
+## Decisions
+The team chose PostgreSQL over MongoDB for the ledger because of transactions.
+Redis stays a cache only; nothing durable lives there.
+"""
+
+
+@pytest.fixture
+def notes():
+    return NOTES

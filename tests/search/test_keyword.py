@@ -1,0 +1,94 @@
+"""The keyword half alone: natural-language questions match, BM25 ranks with this agent's IDF, any
+text is safe, CJK is findable."""
+
+from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes
+from search.types import SearchFilters
+
+NO_FILTERS = SearchFilters()
+
+
+def hits(member, query, limit=10):
+    return keyword_candidates(agent_id=member.agent.pk, query=query, filters=NO_FILTERS, limit=limit)
+
+
+def paths_of(result):
+    from indexing.models import Chunk
+
+    by_id = dict(Chunk.objects.filter(pk__in=[h.chunk_id for h in result.hits]).values_list("id", "file__path"))
+    return [by_id[h.chunk_id] for h in result.hits]
+
+
+def test_a_question_matches_a_chunk_holding_only_some_of_its_words(alice, index_files):
+    index_files(alice, {"memory/a.md": "Caroline went to the LGBTQ support group on 7 May."})
+    result = hits(alice, "When did Caroline go to the support group meeting last year?")
+    assert paths_of(result) == ["memory/a.md"]
+    assert result.hits[0].score == 1.0
+
+
+def test_the_rarer_word_outranks_the_common_one(alice, index_files):
+    files = {f"memory/filler-{i}.md": f"We talked about the weather again, day {i}." for i in range(8)}
+    files["memory/rare.md"] = "Melanie talked about pottery."
+    index_files(alice, files)
+    result = hits(alice, "what did Melanie say about the weather")
+    assert paths_of(result)[0] == "memory/rare.md"
+    assert result.idf[query_lexemes("Melanie")[0]] > result.idf[query_lexemes("weather")[0]]
+
+
+def test_more_occurrences_score_higher_at_equal_length(alice, index_files):
+    index_files(alice, {
+        "memory/once.md": "pottery class and some other unrelated words here",
+        "memory/thrice.md": "pottery pottery pottery class and words here",
+    })
+    result = hits(alice, "pottery")
+    assert paths_of(result) == ["memory/thrice.md", "memory/once.md"]
+    assert 0 < result.hits[1].score < result.hits[0].score == 1.0
+
+
+def test_idf_counts_this_agents_chunks_only(alice, bob, index_files):
+    index_files(alice, {"memory/a.md": "Caroline paints.", "memory/b.md": "Melanie runs."})
+    before = hits(alice, "Caroline").idf
+    index_files(bob, {f"memory/{i}.md": f"Caroline note {i}" for i in range(10)})
+    assert hits(alice, "Caroline").idf == before
+    assert hits(bob, "Caroline").idf[query_lexemes("Caroline")[0]] < before[query_lexemes("Caroline")[0]]
+
+
+def test_stemming_matches_other_forms_of_a_word(alice, index_files):
+    index_files(alice, {"memory/a.md": "The deployment of the billing service failed."})
+    assert paths_of(hits(alice, "deploying billing")) == ["memory/a.md"]
+
+
+def test_only_stop_words_match_nothing(alice, index_files):
+    index_files(alice, {"memory/a.md": "What is it and who was there?"})
+    assert hits(alice, "what is it and who was there").hits == []
+
+
+def test_chinese_and_japanese_words_are_found_inside_longer_runs(alice, index_files):
+    index_files(alice, {
+        "memory/zh.md": "我们决定使用向量数据库来保存长期记忆。",
+        "memory/ja.md": "東京で新しいプロジェクトを始めました。",
+        "memory/en.md": "Nothing to see here.",
+    })
+    assert paths_of(hits(alice, "长期记忆")) == ["memory/zh.md"]
+    assert paths_of(hits(alice, "向量")) == ["memory/zh.md"]
+    assert paths_of(hits(alice, "東京のプロジェクト")) == ["memory/ja.md"]
+
+
+def test_operators_and_quotes_in_a_query_are_plain_text(alice, index_files):
+    index_files(alice, {"memory/a.md": "O'Brien's backup runs nightly & never fails!"})
+    for query in ["O'Brien", "backup & !fails", "'backup' | (nightly)", "backup:*", "\\'nightly\\'", "<-> backup"]:
+        assert paths_of(hits(alice, query)) == ["memory/a.md"], query
+
+
+def test_lexeme_literals_escape_quotes_and_backslashes():
+    assert lexeme_tsquery("it's") == "'it''s'"
+    assert lexeme_tsquery("a\\b") == "'a\\\\b'"
+
+
+def test_filters_restrict_without_changing_the_idf(alice, index_files):
+    index_files(alice, {"memory/a.md": "Caroline paints.", "notes/b.md": "Caroline runs."})
+    unfiltered = hits(alice, "Caroline")
+    filtered = keyword_candidates(
+        agent_id=alice.agent.pk, query="Caroline", filters=SearchFilters(path_prefix="notes/"), limit=10
+    )
+    assert paths_of(filtered) == ["notes/b.md"]
+    assert filtered.idf == unfiltered.idf

@@ -1,0 +1,181 @@
+"""Snippets show the lines that match, fill the budget with their neighbours, and cite exactly the
+lines they show (so memory_get can expand them); no line is shown twice in one answer."""
+
+import json
+
+import pytest
+
+from search.snippets import ELLIPSIS, FileLines, snippet_build
+
+FILLER = [
+    "the weekly sync went over the roadmap and nothing else of note happened",
+    "someone asked about the coffee machine on the third floor again",
+    "lunch was pizza from the place around the corner, as usual",
+    "the printer on level two is still jammed, facilities were told",
+    "a reminder went out about filling in timesheets before friday",
+]
+
+
+def long_file(evidence_at: int, total: int = 60, evidence: str = "Caroline adopted a golden retriever named Biscuit.") -> str:
+    lines = [f"{i + 1}: {FILLER[i % len(FILLER)]}" for i in range(total)]
+    lines[evidence_at - 1] = f"{evidence_at}: {evidence}"
+    return "\n".join(lines) + "\n"
+
+
+def assert_shows_exact_lines(result, content: str):
+    """Each snippet line is the cited file line (the last or first may be cut, ending in '…')."""
+    file_lines = content.split("\n")
+    shown = result["snippet"].split("\n")
+    assert len(shown) == result["end_line"] - result["start_line"] + 1
+    for offset, text in enumerate(shown):
+        line = file_lines[result["start_line"] - 1 + offset]
+        if text.endswith(ELLIPSIS) and text != line:
+            assert offset in (0, len(shown) - 1)
+            assert line.startswith(text[: -len(ELLIPSIS)])
+        else:
+            assert text == line
+
+
+@pytest.fixture
+def small_chunks(settings):
+    settings.MEMORYHUB_CHUNK_TOKENS = 120
+    settings.MEMORYHUB_CHUNK_OVERLAP = 20
+
+
+def test_the_snippet_shows_the_matching_line_not_the_chunk_start(alice, index_files, search, small_chunks):
+    content = long_file(evidence_at=27)
+    index_files(alice, {"memory/log.md": content})
+    code, body = search(alice, "What dog did Caroline adopt?")
+    assert code == 200
+    top = body["results"][0]
+    assert "27: Caroline adopted a golden retriever" in top["snippet"]
+    assert top["start_line"] <= 27 <= top["end_line"]
+    assert_shows_exact_lines(top, content)
+
+
+def test_the_snippet_fills_its_budget_with_neighbouring_lines(alice, index_files, search, small_chunks, settings):
+    content = long_file(evidence_at=30)
+    index_files(alice, {"memory/log.md": content})
+    top = search(alice, "golden retriever Biscuit")[1]["results"][0]
+    budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
+    assert budget - 40 <= len(top["snippet"]) <= budget
+    assert top["start_line"] < 30 < top["end_line"]  # lines on both sides
+    assert_shows_exact_lines(top, content)
+
+
+def test_snippets_respect_a_smaller_budget(alice, index_files, search, small_chunks, settings):
+    settings.MEMORYHUB_SEARCH_SNIPPET_CHARS = 200
+    content = long_file(evidence_at=12)
+    index_files(alice, {"memory/log.md": content})
+    top = search(alice, "golden retriever")[1]["results"][0]
+    assert len(top["snippet"]) <= 200
+    assert "Caroline adopted" in top["snippet"]
+    assert_shows_exact_lines(top, content)
+
+
+def test_memory_get_returns_the_lines_a_snippet_cites(alice, index_files, search, small_chunks):
+    content = long_file(evidence_at=44)
+    index_files(alice, {"memory/log.md": content})
+    top = search(alice, "Biscuit the retriever")[1]["results"][0]
+    got = alice.client.get(
+        f"/api/v1/files/{top['path']}", {"from": top["start_line"], "lines": top["end_line"] - top["start_line"] + 1}
+    ).json()
+    expected = got["content"].split("\n")
+    for shown, line in zip(top["snippet"].split("\n"), expected):
+        assert shown == line or (shown.endswith(ELLIPSIS) and line.startswith(shown[:-1]))
+
+
+def test_no_line_is_shown_twice_in_one_answer(alice, index_files, search, small_chunks):
+    content = "\n".join(f"{i}: the garden project needs watering and the garden beds need weeding" for i in range(1, 61))
+    index_files(alice, {"memory/garden.md": content})
+    results = search(alice, "garden watering weeding", max_results=50, min_score=0)[1]["results"]
+    assert len(results) > 1
+    seen: set[int] = set()
+    for result in results:
+        lines = set(range(result["start_line"], result["end_line"] + 1))
+        assert not lines & seen
+        seen |= lines
+
+
+def test_overlapping_chunks_of_one_file_do_not_crowd_out_another_file(alice, index_files, search, small_chunks):
+    from indexing.chunking import chunk_markdown
+
+    # The matching line sits where two overlapping windows of one long paragraph meet: both chunks hit.
+    for k in range(2, 40):
+        content = long_file(evidence_at=k, total=40, evidence="the billing invoice reconciliation failed again")
+        spans = chunk_markdown(content, max_tokens=120, overlap_tokens=20)
+        if sum(span.start_line <= k <= span.end_line for span in spans) >= 2:
+            break
+    else:
+        pytest.fail("no line shared by two chunks")
+    index_files(alice, {"memory/billing.md": content, "memory/other.md": "One invoice question from Melanie."})
+    results = search(alice, "billing invoice reconciliation", max_results=2, min_score=0)[1]["results"]
+    assert [r["path"] for r in results] == ["memory/billing.md", "memory/other.md"]
+
+
+def test_transcript_snippets_cite_the_original_jsonl_lines(alice, index_files, search):
+    records = [
+        {"role": "user", "content": "Hi there, can you help me plan the week?"},
+        {"type": "tool_use", "name": "calendar"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Sure. What matters most this week?"}]},
+        "not json at all",
+        {"role": "user", "content": "The dentist appointment on Thursday at 3pm is the big one."},
+        {"type": "tool_result", "content": "ok"},
+        {"role": "assistant", "content": "Noted: dentist on Thursday at 3pm."},
+    ]
+    raw = "\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n"
+    index_files(alice, {"sessions/2026-11-20.jsonl": raw})
+    top = search(alice, "when is the dentist appointment?")[1]["results"][0]
+    assert top["source"] == "session"
+    shown = top["snippet"].split("\n")
+    raw_lines = raw.split("\n")
+    # The first and last lines shown are the messages of the cited JSONL lines.
+    assert json.loads(raw_lines[top["start_line"] - 1]).get("role") in ("user", "assistant")
+    assert shown[0].split(": ", 1)[1] in raw_lines[top["start_line"] - 1]
+    assert shown[-1].split(": ", 1)[1] in raw_lines[top["end_line"] - 1]
+    assert any("dentist appointment on Thursday" in line for line in shown)
+
+
+# --- snippet_build alone ----------------------------------------------------------------------
+
+
+def test_extension_alternates_after_and_before_within_the_budget():
+    lines = FileLines(lines=[f"line {i:02d}" for i in range(20)])  # 7 characters + newline each
+    snippet = snippet_build(file_lines=lines, region=(5, 14), scores=[0] * 4 + [2] + [0] * 5, shown=set(), budget=31)
+    assert (snippet.first, snippet.last) == (8, 11)
+    assert snippet.text == "line 08\nline 09\nline 10\nline 11"
+
+
+def test_lines_already_shown_stop_the_extension():
+    lines = FileLines(lines=[f"line {i:02d}" for i in range(10)])
+    shown = {4}  # cited numbers are 1-indexed: line index 3
+    snippet = snippet_build(file_lines=lines, region=(3, 6), scores=[0, 1, 0, 0], shown=shown, budget=1000)
+    assert snippet.first == 4
+    assert shown >= {5, 6, 7, 8, 9, 10}
+
+
+def test_a_region_shown_entirely_gives_no_snippet():
+    lines = FileLines(lines=["a", "b", "c"])
+    assert snippet_build(file_lines=lines, region=(0, 2), scores=[1, 1, 1], shown={1, 2, 3}, budget=100) is None
+
+
+def test_a_line_longer_than_the_budget_is_cut_around_its_match():
+    line = "x" * 500 + " the keyword sits here " + "y" * 500
+    lines = FileLines(lines=[line])
+    snippet = snippet_build(file_lines=lines, region=(0, 0), scores=[1], shown=set(), budget=100, query_lexemes=["keyword"])
+    assert len(snippet.text) <= 100
+    assert "keyword" in snippet.text
+    assert (snippet.first, snippet.last) == (0, 0)
+
+
+def test_a_hit_found_by_meaning_only_starts_at_its_chunk():
+    lines = FileLines(lines=[f"line {i:02d}" for i in range(10)])
+    snippet = snippet_build(file_lines=lines, region=(4, 6), scores=[0, 0, 0], shown=set(), budget=15)
+    assert snippet.text == "line 04\nline 05"
+
+
+def test_transcript_lines_map_to_jsonl_lines():
+    lines = FileLines(lines=["User: a", "Assistant: b", "User: c"], line_map=[1, 3, 7])
+    assert lines.region(3, 7) == (1, 2)
+    snippet = snippet_build(file_lines=lines, region=(1, 2), scores=[0, 1], shown=set(), budget=11)
+    assert (lines.cite(snippet.first), lines.cite(snippet.last)) == (7, 7)
