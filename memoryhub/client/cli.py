@@ -207,7 +207,7 @@ def _print_results(response: dict) -> None:
     for result in results:
         print(f"{result['path']}#L{result['start_line']}-L{result['end_line']}  {float(result['score']):.3f}")
         for line in str(result.get("snippet", "")).splitlines() or [""]:
-            print(f"    {line}")
+            print(f"    {line}" if line.strip() else "")
         print()
     if not results:
         print(response.get("message") or "No results.")
