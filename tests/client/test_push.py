@@ -255,3 +255,12 @@ def test_python_dash_m_and_the_console_script_run_the_client(hub, tmp_path):
 
     assert process.returncode == 1
     assert "401" in process.stderr and "Traceback" not in process.stderr
+
+
+def test_a_workspace_inside_a_hidden_folder_is_pushed(hub, tmp_path):
+    """Agents keep their workspace in places like ~/.openclaw/workspace: only hidden parts *inside* it are skipped."""
+    root = make_workspace(tmp_path / ".openclaw" / "workspace")
+
+    outcome = hub("push", root)
+
+    assert outcome.code == 0 and "pushed 4 files: 4 uploaded" in outcome.out, outcome.err
