@@ -253,6 +253,9 @@ MEMORYHUB_SEARCH_CANDIDATE_POOL = env_int("MEMORYHUB_SEARCH_CANDIDATE_POOL", 50,
 # 1x (today) towards (1 - b)x with its age, halving the gap every HALF_LIFE_DAYS. Undated files are evergreen.
 MEMORYHUB_SEARCH_RECENCY_BOOST = env_float("MEMORYHUB_SEARCH_RECENCY_BOOST", 0.0, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0, minimum=0.1)
+# Agents with more chunks than this are searched by keyword with bounded work: exact df for rare
+# lexemes, sampled df for common ones, and only chunks holding a rare lexeme scored (search/keyword.py).
+MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = env_int("MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS", 20_000, minimum=0)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connection
 
 from indexing.models import KEYWORD_CONFIG
@@ -87,6 +88,9 @@ def lines_lexemes(lines: list[str]) -> list[set[str]]:
 # (every chunk that contains a lexeme matches the OR query, so the count is the agent's true df).
 # The file table is joined only when filters are set, after scoring, so unfiltered searches never
 # touch it and the IDF stays the agent's whatever the filter.
+#
+# For a large agent (see _large_agent_plan) the df, N and average length come in as parameters and
+# `matched` is restricted to the chunks holding a rare lexeme (or capped), so the work is bounded.
 _SQL = """
 WITH terms AS (
     SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
@@ -96,6 +100,7 @@ matched AS MATERIALIZED (
            array(SELECT ts_rank('{{1,1,1,1}}', c.search_vector, t.q, 0) FROM terms t ORDER BY t.i) AS ranks
     FROM indexing_chunk c
     WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
+    {match_limit}
 ),
 tf AS (
     SELECT m.id, m.file_id, m.token_count, t.i,
@@ -103,16 +108,11 @@ tf AS (
     FROM matched m CROSS JOIN terms t
     WHERE m.ranks[t.i] > 0
 ),
-df AS (
-    SELECT i, count(*) AS df FROM tf GROUP BY i
-),
-stats AS (
-    SELECT count(*) AS n, GREATEST(avg(token_count), 1) AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
-),
+{df_and_stats},
 scored AS (
     SELECT tf.id, tf.file_id,
            sum(
-               ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+               ln(1 + GREATEST(stats.n - df.df + 0.5, 0.5) / (df.df + 0.5))
                * tf.tf * (%(k1)s + 1)
                / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * GREATEST(tf.token_count, 1) / stats.avgdl))
            ) AS bm25
@@ -125,6 +125,74 @@ FROM scored s {file_join}
 ORDER BY s.bm25 DESC, s.id
 LIMIT %(limit)s
 """
+
+_EXACT_DF_AND_STATS = """df AS (
+    SELECT i, count(*) AS df FROM tf GROUP BY i
+),
+stats AS (
+    SELECT count(*) AS n, GREATEST(avg(token_count), 1) AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
+)"""
+
+_GIVEN_DF_AND_STATS = """df AS (
+    SELECT d.i, d.df FROM unnest(%(dfs)s::bigint[]) WITH ORDINALITY AS d(df, i)
+),
+stats AS (
+    SELECT %(n)s::bigint AS n, %(avgdl)s::float8 AS avgdl
+)"""
+
+# Large agents: each lexeme's df is counted exactly up to RARE_DF_CAP (a GIN scan stopped early); the
+# df of a more common lexeme is estimated from a sample of the agent's chunks. Only chunks holding a
+# rare lexeme are scored: a chunk with common lexemes only cannot beat one with a rare lexeme by much,
+# and reading every chunk that contains "caroline" costs seconds at 100k chunks (measured: ~1.1 s
+# to read 100k search vectors). A query of common lexemes only scores the first MATCH_CAP matches.
+RARE_DF_CAP = 500
+SAMPLE_CHUNKS = 500
+MATCH_CAP = 1000
+
+_LARGE_AGENT_STATS_SQL = """
+WITH terms AS (
+    SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
+),
+sample AS MATERIALIZED (
+    SELECT search_vector, token_count FROM indexing_chunk WHERE agent_id = %(agent)s LIMIT %(sample)s
+)
+SELECT t.i,
+       (SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c
+                              WHERE c.agent_id = %(agent)s AND c.search_vector @@ t.q LIMIT %(cap)s) x),
+       (SELECT count(*) FROM sample s WHERE s.search_vector @@ t.q),
+       (SELECT count(*) FROM sample),
+       (SELECT GREATEST(avg(token_count), 1) FROM sample)
+FROM terms t ORDER BY t.i
+"""
+
+
+def _agent_size(agent_id: int, at_most: int) -> int:
+    """The agent's chunk count, counted no further than ``at_most`` (cheap for small agents)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM indexing_chunk WHERE agent_id = %s LIMIT %s) x", [agent_id, at_most]
+        )
+        return cursor.fetchone()[0]
+
+
+def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], list[int], int, float]:
+    """(df per term, indexes of the rare terms, N, average chunk length) for a large agent."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM indexing_chunk WHERE agent_id = %s", [agent_id])
+        n = cursor.fetchone()[0]
+        cursor.execute(
+            _LARGE_AGENT_STATS_SQL, {"terms": terms, "agent": agent_id, "sample": SAMPLE_CHUNKS, "cap": RARE_DF_CAP}
+        )
+        rows = cursor.fetchall()
+    dfs, rare = [], []
+    avgdl = float(rows[0][4] or 1) if rows else 1.0
+    for i, capped, in_sample, sample_size, _ in rows:
+        if capped < RARE_DF_CAP:
+            dfs.append(capped)
+            rare.append(i - 1)
+        else:
+            dfs.append(max(RARE_DF_CAP, round(n * in_sample / max(sample_size, 1))))
+    return dfs, rare, n, avgdl
 
 
 def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
@@ -141,6 +209,16 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         "b": BM25_B,
         "limit": limit,
     }
+    df_and_stats, match_limit = _EXACT_DF_AND_STATS, ""
+    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+    if _agent_size(agent_id, large_from + 1) > large_from:
+        dfs, rare, n, avgdl = _large_agent_plan(agent_id=agent_id, terms=terms)
+        params.update(dfs=dfs, n=n, avgdl=avgdl)
+        df_and_stats = _GIVEN_DF_AND_STATS
+        if rare:
+            params["query"] = " | ".join(terms[i] for i in rare)
+        else:
+            match_limit = f"LIMIT {MATCH_CAP}"
     file_join = file_where = ""
     if not filters.is_empty:
         clause, filter_params = filters.file_sql("f")
@@ -151,7 +229,10 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         file_join = "JOIN indexing_memoryfile f ON f.id = s.file_id"
         file_where = f"WHERE {clause}"
     with connection.cursor() as cursor:
-        cursor.execute(_SQL.format(file_join=file_join, file_where=file_where), params)
+        cursor.execute(
+            _SQL.format(file_join=file_join, file_where=file_where, df_and_stats=df_and_stats, match_limit=match_limit),
+            params,
+        )
         rows = cursor.fetchall()
     if not rows:
         return KeywordResult(hits=[], lexemes=lexemes, idf={})

@@ -262,7 +262,7 @@ def _results(
     shown: dict[int, set[int]] = {}
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
-    batch = max_results + 4
+    batch = max_results  # the usual case needs no more; skipped hits pull in the next batch
     for offset in range(0, len(candidates), batch):
         if len(results) >= max_results:
             break

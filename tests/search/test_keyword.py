@@ -92,3 +92,21 @@ def test_filters_restrict_without_changing_the_idf(alice, index_files):
     )
     assert paths_of(filtered) == ["notes/b.md"]
     assert filtered.idf == unfiltered.idf
+
+
+def test_large_agents_score_chunks_with_rare_words_and_keep_exact_rare_idf(alice, index_files, settings, monkeypatch):
+    from search import keyword
+
+    files = {f"memory/filler-{i}.md": f"We talked about the weather again, day {i}." for i in range(8)}
+    files["memory/rare.md"] = "Melanie talked about the weather and pottery."
+    index_files(alice, files)
+    exact = hits(alice, "Melanie weather")
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    monkeypatch.setattr(keyword, "RARE_DF_CAP", 4)
+    bounded = hits(alice, "Melanie weather")
+    assert paths_of(bounded) == ["memory/rare.md"]  # chunks with only the common word are not read
+    melanie = query_lexemes("Melanie")[0]
+    assert bounded.idf[melanie] == exact.idf[melanie]
+    # A query of common words only still answers, from a capped set of matches.
+    monkeypatch.setattr(keyword, "MATCH_CAP", 5)
+    assert len(hits(alice, "weather talked").hits) == 5
