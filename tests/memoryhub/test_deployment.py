@@ -10,6 +10,9 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ["memoryhub", "agents", "indexing", "search", "tests"]
 # Read by the code but not MemoryHub settings: set by tools, not by operators.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "CI", "HOME", "PATH", "HF_HUB_OFFLINE", "TIKTOKEN_CACHE_DIR"}
+# Read by the sync client (memoryhub/client/) on the agent's host, never by the server: .env.example is
+# the server's environment (docker-compose's env_file), and an agent's token does not belong there.
+CLIENT_VARIABLES = {"MEMORYHUB_URL", "MEMORYHUB_TOKEN", "MEMORYHUB_WEBHOOK_SECRET"}
 ENV_READ = re.compile(
     r"""(?:env_(?:str|bool|int|float|list|choice)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[|env\.get\(|env\[)\s*["']([A-Z][A-Z0-9_]+)["']"""
 )
@@ -21,7 +24,7 @@ def settings_read_by_the_code() -> set[str]:
         for path in (BASE_DIR / folder).rglob("*.py"):
             names.update(ENV_READ.findall(path.read_text()))
     names.update(re.findall(r"\$\{(MEMORYHUB_[A-Z0-9_]+)", (BASE_DIR / "Dockerfile").read_text()))
-    return names - NOT_SETTINGS
+    return names - NOT_SETTINGS - CLIENT_VARIABLES
 
 
 def env_example_names() -> set[str]:

@@ -1,0 +1,193 @@
+"""What a push sends: the files of a local agent workspace that the server indexes, with their hashes.
+
+The rules mirror the server (``indexing/paths.py``) so that one odd file never makes the server reject
+a whole sync: a path is sent only if the server would accept it, as the same normalised string, and a
+file only if it is UTF-8 text without NUL bytes and under the per-file size limit. Everything else is
+skipped locally and counted with its reason. Hidden entries (``.git``, ``.env``, editor swap files)
+and vendor folders are not even walked: they are where secrets and thousands of irrelevant files live.
+
+This module is standard library only: the client must not need Django to run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memoryhub.client.progress import Progress
+
+# The server's defaults (MEMORYHUB_MAX_FILE_BYTES); a server with a lower limit answers 413 and says so.
+DEFAULT_MAX_FILE_BYTES = 5 * 1024 * 1024
+
+SESSION_EXTENSION = "jsonl"
+# The same list as indexing.paths.WORKSPACE_EXTENSIONS (a test keeps the two equal).
+WORKSPACE_EXTENSIONS = frozenset(
+    """
+    rs py js ts tsx jsx json go java kt swift c cpp h hpp rb lua
+    toml yaml yml sh bash zsh vim conf cfg ini env xml csv
+    md markdown txt html css scss sql
+    """.split()
+)
+ACCEPTED_EXTENSIONS = WORKSPACE_EXTENSIONS | {SESSION_EXTENSION}
+
+# Dependency and build-cache folders: other people's code, not the agent's memory. Hidden folders
+# (.git, .venv, .cache, .idea …) are skipped by the leading dot already.
+VENDOR_DIRECTORIES = frozenset(
+    {"node_modules", "bower_components", "jspm_packages", "__pycache__", "site-packages", "venv", "vendor"}
+)
+
+MAX_PATH_LENGTH = 1024  # characters, as the server
+MAX_SEGMENT_BYTES = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+# Skip reasons, as shown in the summary and with --verbose.
+UNSUPPORTED = "unsupported type"
+BINARY = "binary"
+NOT_UTF8 = "not UTF-8"
+TOO_LARGE = "too large"
+BAD_PATH = "bad path"
+UNREADABLE = "unreadable"
+DUPLICATE = "duplicate path"
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str  # the server-side path: relative, '/'-separated, NFC
+    absolute: Path
+    size: int
+    mtime: float
+    hash: str  # sha256 of the bytes, as indexing.services.text_hash computes it from the text
+
+
+@dataclass
+class Scan:
+    files: dict[str, LocalFile] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (local relative path, reason)
+    pruned_directories: int = 0  # hidden or vendor folders not walked
+
+    def skip_counts(self) -> Counter:
+        return Counter(reason for _, reason in self.skipped)
+
+
+class UnreadableFile(Exception):
+    """A file that cannot be sent as it is now: its reason is one of the skip reasons above."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def is_ignored_directory(name: str) -> bool:
+    return name.startswith(".") or name in VENDOR_DIRECTORIES
+
+
+def _extension(name: str) -> str:
+    stem, dot, extension = name.rpartition(".")
+    return extension.lower() if dot and stem else ""
+
+
+def server_path(relative: str, *, prefix: str = "") -> str | None:
+    """The path the server will store for a local relative path, or None when it would refuse it."""
+    path = unicodedata.normalize("NFC", prefix + relative.replace(os.sep, "/"))
+    if _CONTROL.search(path) or "\\" in path or len(path) > MAX_PATH_LENGTH:
+        return None
+    segments = path.split("/")
+    if any(s in ("", ".", "..") or len(s.encode("utf-8", "surrogateescape")) > MAX_SEGMENT_BYTES for s in segments):
+        return None
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not valid UTF-8 on disk (surrogate escapes)
+        return None
+    return path
+
+
+def is_indexed_path(relative: str) -> bool:
+    """Whether the server indexes a file of this name (``indexing.paths.source_infer`` accepts it)."""
+    return _extension(posixpath.basename(relative)) in ACCEPTED_EXTENSIONS
+
+
+def is_ignored(relative: str) -> bool:
+    """Whether a local relative path is, or is inside, something hidden or a vendor folder (``watch``).
+
+    The last part counts too: a watch event may name the folder itself (``node_modules`` created).
+    """
+    return any(is_ignored_directory(part) for part in relative.replace(os.sep, "/").split("/"))
+
+
+def read_text(absolute: Path, *, max_bytes: int) -> tuple[str, bytes]:
+    """(text, raw bytes) of a file the server accepts, or UnreadableFile with the reason."""
+    try:
+        if absolute.stat().st_size > max_bytes:
+            raise UnreadableFile(TOO_LARGE)
+        raw = absolute.read_bytes()
+    except OSError:
+        raise UnreadableFile(UNREADABLE) from None
+    if len(raw) > max_bytes:  # grew since stat
+        raise UnreadableFile(TOO_LARGE)
+    if b"\x00" in raw:
+        raise UnreadableFile(BINARY)
+    try:
+        return raw.decode("utf-8"), raw
+    except UnicodeDecodeError:
+        raise UnreadableFile(NOT_UTF8) from None
+
+
+def _candidates(root: Path, scan: Scan) -> Iterator[tuple[str, Path]]:
+    """(local relative path, absolute path) of every non-hidden file with an indexed extension."""
+    for directory, subdirectories, names in os.walk(root, followlinks=False):
+        kept = sorted(d for d in subdirectories if not is_ignored_directory(d))
+        scan.pruned_directories += len(subdirectories) - len(kept)
+        subdirectories[:] = kept  # os.walk descends only into what is left here
+        relative_directory = os.path.relpath(directory, root)
+        for name in sorted(names):
+            if name.startswith("."):
+                continue  # hidden files (.env, swap files) are never sent and not worth reporting
+            relative = name if relative_directory == "." else os.path.join(relative_directory, name)
+            if not is_indexed_path(name):
+                scan.skipped.append((relative, UNSUPPORTED))
+                continue
+            yield relative, Path(directory) / name
+
+
+def workspace_scan(
+    *,
+    root: Path,
+    prefix: str = "",
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: Progress | None = None,
+) -> Scan:
+    """Walk ``root`` and hash every file a push would send."""
+    scan = Scan()
+    candidates = list(_candidates(root, scan))
+    progress = progress or Progress(enabled=False)
+    progress.start(label="hashing", total=len(candidates))
+    for relative, absolute in candidates:
+        progress.advance()
+        path = server_path(relative, prefix=prefix)
+        if path is None:
+            scan.skipped.append((relative, BAD_PATH))
+            continue
+        if path in scan.files:  # two spellings that NFC makes one (possible on Linux file systems)
+            scan.skipped.append((relative, DUPLICATE))
+            continue
+        try:
+            stat = absolute.stat()
+            _, raw = read_text(absolute, max_bytes=max_file_bytes)
+        except UnreadableFile as exc:
+            scan.skipped.append((relative, exc.reason))
+            continue
+        except OSError:
+            scan.skipped.append((relative, UNREADABLE))
+            continue
+        scan.files[path] = LocalFile(
+            path=path, absolute=absolute, size=len(raw), mtime=stat.st_mtime, hash=hashlib.sha256(raw).hexdigest()
+        )
+    progress.finish()
+    return scan

@@ -1,0 +1,266 @@
+"""``memoryhub-client push`` against a live server: what is sent, what is skipped, what it costs."""
+
+import hashlib
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+from agents.services import agent_create, agent_token_create
+from indexing import paths as server_paths
+from indexing.embeddings import FakeProvider
+from indexing.models import IndexJob, MemoryFile
+from memoryhub.client import workspace
+from tests.client.conftest import write
+
+
+def server_files(agent) -> dict[str, MemoryFile]:
+    return {f.path: f for f in MemoryFile.objects.filter(agent=agent)}
+
+
+def make_workspace(root):
+    write(root, "MEMORY.md", "# Memory\n\nThe user prefers green tea in the afternoon.\n")
+    write(root, "memory/2026-03-01.md", "# 2026-03-01\n\nMet Dana about the garden project.\n")
+    write(root, "sessions/chat.jsonl", '{"role": "user", "content": "Where is the spare key?"}\n')
+    write(root, "notes/todo.txt", "buy seeds\nfix the fence\n")
+    return root
+
+
+def test_the_first_push_uploads_the_workspace_and_it_gets_indexed(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+
+    outcome = hub("push", root)
+
+    assert outcome.code == 0, outcome.err
+    assert outcome.out.startswith("pushed 4 files: 4 uploaded")
+    assert "0 unchanged, 0 deleted" in outcome.out
+    files = server_files(hub.member.agent)
+    assert {path: f.source for path, f in files.items()} == {
+        "MEMORY.md": "memory",
+        "memory/2026-03-01.md": "memory",
+        "sessions/chat.jsonl": "session",
+        "notes/todo.txt": "workspace",
+    }
+    for path, memory_file in files.items():
+        raw = (root / path).read_bytes()
+        assert memory_file.content == raw.decode()
+        assert memory_file.content_hash == hashlib.sha256(raw).hexdigest()
+        assert memory_file.state == MemoryFile.State.INDEXED
+        assert memory_file.client_mtime is not None
+
+
+def test_pushing_an_unchanged_workspace_uploads_and_embeds_nothing(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+    assert hub("push", root).code == 0
+    jobs, embedded = IndexJob.objects.count(), FakeProvider.texts_embedded
+
+    outcome = hub("push", root, "--json")
+
+    assert outcome.code == 0, outcome.err
+    import json
+
+    report = json.loads(outcome.out)
+    assert (report["uploaded"], report["unchanged"], report["deleted"], report["jobs"]) == (0, 4, [], [])
+    assert IndexJob.objects.count() == jobs
+    assert FakeProvider.texts_embedded == embedded
+
+
+def test_an_edited_file_is_uploaded_and_a_deleted_one_is_removed(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+    assert hub("push", root).code == 0
+    write(root, "notes/todo.txt", "buy seeds\nfix the fence\ncall the plumber\n")
+    (root / "memory/2026-03-01.md").unlink()
+
+    outcome = hub("push", root, "-v")
+
+    assert outcome.code == 0, outcome.err
+    assert "pushed 3 files: 1 uploaded" in outcome.out
+    assert "2 unchanged, 1 deleted" in outcome.out
+    assert "deleted  memory/2026-03-01.md" in outcome.err
+    files = server_files(hub.member.agent)
+    assert set(files) == {"MEMORY.md", "sessions/chat.jsonl", "notes/todo.txt"}
+    assert files["notes/todo.txt"].content.endswith("call the plumber\n")
+    assert files["notes/todo.txt"].state == MemoryFile.State.INDEXED
+
+
+def test_it_skips_hidden_vendor_binary_oversized_and_unsupported_files(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+    write(root, ".env", "OPENAI_API_KEY=sk-secret\n")
+    write(root, ".git/config", "[core]\n")
+    write(root, ".venv/lib/site.py", "print('x')\n")
+    write(root, "notes/.draft.md", "half a thought\n")
+    write(root, "node_modules/left-pad/index.js", "module.exports = 1;\n")
+    write(root, "tools/__pycache__/x.py", "cached\n")
+    write(root, "tools/run.py", "print('hello')\n")
+    write(root, "photo.png", b"\x89PNG\r\n\x1a\n\x00\x00")
+    write(root, "data/blob.txt", b"text with a \x00 NUL byte\n")
+    write(root, "data/latin1.md", "caf\xe9\n".encode("latin-1"))
+    write(root, "data/huge.md", "x" * 3000 + "\n")
+    write(root, "caf\u00e9/na\u0308me.md", "decomposed name\n")  # NFD on disk → NFC on the server
+
+    outcome = hub("push", root, "--max-file-bytes", "2000", "-v")
+
+    assert outcome.code == 0, outcome.err
+    assert set(server_files(hub.member.agent)) == {
+        "MEMORY.md", "memory/2026-03-01.md", "sessions/chat.jsonl", "notes/todo.txt", "tools/run.py",
+        "café/n\u00e4me.md",
+    }
+    assert "skipped 4 (1 binary, 1 not UTF-8, 1 too large, 1 unsupported type)" in outcome.out
+    for line in ("photo.png  (unsupported type)", "data/blob.txt  (binary)", "data/latin1.md  (not UTF-8)",
+                 "data/huge.md  (too large)"):
+        assert line in outcome.err
+    assert ".env" not in outcome.err and "node_modules" not in outcome.err  # never walked, never listed
+
+
+def test_the_client_accepts_exactly_the_extensions_the_server_indexes():
+    assert workspace.WORKSPACE_EXTENSIONS == server_paths.WORKSPACE_EXTENSIONS
+    assert workspace.SESSION_EXTENSION == server_paths.SESSION_EXTENSION
+
+
+def test_a_workspace_larger_than_one_sync_is_sent_in_several_requests(hub, tmp_path):
+    root = tmp_path / "ws"
+    for day in range(1, 8):
+        write(root, f"memory/2026-01-0{day}.md", f"# Day {day}\n\nNote number {day}.\n")
+    limits = ("--max-sync-files", "3", "--batch-files", "2")
+
+    first = hub("push", root, *limits)
+    (root / "memory/2026-01-02.md").unlink()
+    (root / "memory/2026-01-05.md").unlink()
+    second = hub("push", root, *limits)
+
+    assert first.code == 0 and "pushed 7 files: 7 uploaded" in first.out, first.err
+    assert second.code == 0 and "0 uploaded, 5 unchanged, 2 deleted" in second.out, second.err
+    assert sorted(server_files(hub.member.agent)) == [f"memory/2026-01-0{d}.md" for d in (1, 3, 4, 6, 7)]
+
+
+def test_a_prefix_keeps_two_workspaces_apart(hub, tmp_path):
+    write(tmp_path / "a", "notes.md", "workspace a\n")
+    write(tmp_path / "b", "notes.md", "workspace b\n")
+
+    assert hub("push", tmp_path / "a", "--prefix", "agent-a").code == 0
+    assert hub("push", tmp_path / "b", "--prefix", "agent-b/").code == 0
+
+    files = server_files(hub.member.agent)
+    assert {path: f.content for path, f in files.items()} == {"agent-a/notes.md": "workspace a\n", "agent-b/notes.md": "workspace b\n"}
+
+
+def test_keep_deleted_and_an_empty_directory_delete_nothing(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+    assert hub("push", root).code == 0
+    (root / "MEMORY.md").unlink()
+    (tmp_path / "empty").mkdir()
+
+    kept = hub("push", root, "--keep-deleted")
+    empty = hub("push", tmp_path / "empty")
+
+    assert kept.code == 0 and "0 deleted" in kept.out
+    assert empty.code == 0 and "nothing was deleted" in empty.err
+    assert "MEMORY.md" in server_files(hub.member.agent)
+
+
+def test_a_push_never_touches_another_agents_files(hub, bob, tmp_path):
+    make_workspace(tmp_path / "alice")
+    write(tmp_path / "bob", "MEMORY.md", "bob's memory\n")
+    assert hub("push", tmp_path / "alice").code == 0
+
+    assert hub("push", tmp_path / "bob", token=bob.raw_token).code == 0
+
+    assert len(server_files(hub.member.agent)) == 4
+    assert set(server_files(bob.agent)) == {"MEMORY.md"}
+
+
+def test_the_progress_bar_is_drawn_when_asked_for(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+
+    with_bar = hub("push", root, "--progress", "--keep-deleted")
+    write(root, "notes/todo.txt", "changed\n")
+    without = hub("push", root)  # not a terminal: no bar
+
+    assert "\ruploading [" in with_bar.err and "4/4 files" in with_bar.err
+    assert "\r" not in without.err
+
+
+def test_a_webhook_secret_signs_the_sync(hub, tmp_path):
+    hub.member.agent.webhook_secret = "s3cret"
+    hub.member.agent.save(update_fields=["webhook_secret"])
+    root = make_workspace(tmp_path / "ws")
+
+    unsigned = hub("push", root)
+    signed = hub("push", root, "--webhook-secret", "s3cret")
+
+    assert unsigned.code == 1 and "401 invalid_signature" in unsigned.err
+    assert signed.code == 0, signed.err
+
+
+# --- Errors: exit codes and messages, never a traceback -----------------------------------------
+
+
+def test_a_bad_token_exits_1_with_the_servers_message(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+
+    outcome = hub("push", root, token="mh_" + "x" * 43)
+
+    assert outcome.code == 1
+    assert outcome.err.startswith("memoryhub-client: POST sync: 401 ")
+    assert "Traceback" not in outcome.err
+    assert not MemoryFile.objects.exists()
+
+
+def test_a_read_only_token_cannot_push(hub, make_member, tmp_path):
+    reader = make_member("reader", scopes=["read"])
+
+    outcome = hub("push", make_workspace(tmp_path / "ws"), token=reader.raw_token)
+
+    assert outcome.code == 1 and "403 insufficient_scope" in outcome.err
+
+
+def test_an_unreachable_server_exits_1(run_client, tmp_path):
+    outcome = run_client("push", make_workspace(tmp_path / "ws"), url="http://127.0.0.1:9", token="mh_x")
+
+    assert outcome.code == 1
+    assert "cannot reach http://127.0.0.1:9" in outcome.err
+
+
+def test_usage_and_configuration_errors_exit_2(run_client, tmp_path):
+    no_token = run_client("push", tmp_path, url="http://127.0.0.1:9")
+    no_directory = run_client("push", tmp_path / "missing", url="http://127.0.0.1:9", token="mh_x")
+    bad_url = run_client("push", tmp_path, url="ftp://example.org", token="mh_x")
+    bad_flag = run_client("push", tmp_path, "--batch-files", "0")
+
+    assert (no_token.code, no_directory.code, bad_url.code, bad_flag.code) == (2, 2, 2, 2)
+    assert "no agent token: pass --token or set MEMORYHUB_TOKEN" in no_token.err
+    assert "not a directory" in no_directory.err
+    assert "http://host:port" in bad_url.err
+    assert "must be at least 1" in bad_flag.err
+
+
+def test_url_and_token_come_from_the_environment(hub, run_client, monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMORYHUB_URL", hub.url + "/api/v1/")
+    monkeypatch.setenv("MEMORYHUB_TOKEN", hub.member.raw_token)
+
+    outcome = run_client("push", make_workspace(tmp_path / "ws"))
+
+    assert outcome.code == 0, outcome.err
+    assert len(server_files(hub.member.agent)) == 4
+
+
+def test_python_dash_m_and_the_console_script_run_the_client(hub, tmp_path):
+    entry_points = importlib.metadata.entry_points(group="console_scripts", name="memoryhub-client")
+    assert [ep.value for ep in entry_points] == ["memoryhub.client.cli:main"]
+
+    process = subprocess.run(
+        [sys.executable, "-m", "memoryhub.client", "push", str(make_workspace(tmp_path / "ws")), "--url", hub.url],
+        env={**os.environ, "MEMORYHUB_TOKEN": "mh_wrong"}, capture_output=True, text=True, timeout=60,
+    )
+
+    assert process.returncode == 1
+    assert "401" in process.stderr and "Traceback" not in process.stderr
+
+
+def test_a_workspace_inside_a_hidden_folder_is_pushed(hub, tmp_path):
+    """Agents keep their workspace in places like ~/.openclaw/workspace: only hidden parts *inside* it are skipped."""
+    root = make_workspace(tmp_path / ".openclaw" / "workspace")
+
+    outcome = hub("push", root)
+
+    assert outcome.code == 0 and "pushed 4 files: 4 uploaded" in outcome.out, outcome.err
