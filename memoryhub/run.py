@@ -81,6 +81,12 @@ def main() -> int:
         print(token, flush=True)
         say("try it:")
         print(f'  curl -H "Authorization: Bearer {token}" http://127.0.0.1:{port}/api/v1/status', flush=True)
+        print(
+            f'  curl -H "Authorization: Bearer {token}" -H "Content-Type: application/json" '
+            f"-d '{{\"query\": \"what did we decide\"}}' http://127.0.0.1:{port}/api/v1/search",
+            flush=True,
+        )
+        say(f"API docs at http://127.0.0.1:{port}/api/docs/, MCP endpoint at http://127.0.0.1:{port}/mcp")
 
         processes.append(
             subprocess.Popen([PYTHON, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=BASE_DIR, env=env)
