@@ -120,6 +120,14 @@ def _files_lock(file_ids) -> list[int]:
     return locked
 
 
+def _files_update(files, **fields) -> int:
+    """``files.update(**fields)`` after locking the rows in id order: a plain multi-row UPDATE locks them
+    in scan order and could deadlock with a sync or a worker holding some of them."""
+    with transaction.atomic():
+        ids = _files_lock(files.values_list("id", flat=True))
+        return files.filter(pk__in=ids).update(**fields) if ids else 0
+
+
 _LOCK_CONFLICT_ATTEMPTS = 3
 
 
@@ -860,7 +868,8 @@ def index_job_fail(*, job_id: int, reason: str) -> None:
     )
     # Files the job left claimed go back to "failed" (keyword-searchable if they have chunks) so the
     # periodic task retries them; they are not silently stuck in "indexing".
-    MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]).update(
+    _files_update(
+        MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]),
         state=State.FAILED, last_error=reason[:2000], updated_at=timezone.now()
     )
 
@@ -909,8 +918,9 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             index_job_fail(job_id=job_id, reason=f"gave up after {attempts} attempts (stuck)")
             continue
         with transaction.atomic():
-            MemoryFile.objects.filter(job_id=job_id, state=State.INDEXING, updated_at__lt=stuck_cutoff).update(
-                state=State.PENDING, updated_at=now
+            _files_update(
+                MemoryFile.objects.filter(job_id=job_id, state=State.INDEXING, updated_at__lt=stuck_cutoff),
+                state=State.PENDING, updated_at=now,
             )
             if IndexJob.objects.filter(pk=job_id, state=state).update(state=JobState.QUEUED):
                 outcome.stuck_jobs += 1
@@ -930,6 +940,7 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             by_agent.setdefault(agent_id, []).append(file_id)
         for agent_id, file_ids in by_agent.items():
             with transaction.atomic():
+                _files_lock(file_ids)  # lock order, before the multi-row UPDATEs
                 job = IndexJob.objects.create(agent_id=agent_id, trigger=Trigger.SCHEDULE, files_seen=len(file_ids))
                 # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
                 MemoryFile.objects.filter(id__in=file_ids, state__in=[State.PENDING, State.INDEXING]).update(
