@@ -9,6 +9,11 @@ rest and replaces the file's chunk set atomically.
 Concurrency, in short:
 - writes of one agent are serialised by a row lock on the Agent (quotas stay exact, and two uploads of
   one path cannot interleave);
+- lock order, everywhere: the Agent row (web side only, FOR NO KEY UPDATE), then MemoryFile rows in
+  ascending id (``_files_lock``), then their chunks, then IndexJob rows. A path that deletes or replaces
+  chunks locks their files first. (Deleting chunks before locking their file, or a plain FOR UPDATE on the
+  Agent that blocks the FOR KEY SHARE of the chunks' foreign-key check at a worker's commit, deadlocked
+  a sync against a worker.) Web writes that still meet a deadlock are retried (``_lock_conflict_retry``);
 - workers claim files and jobs with status-guarded UPDATEs, so a task that runs twice does nothing twice;
 - a worker writes chunks only while holding the MemoryFile row lock and only if the file still has the
   content hash it chunked, so racing uploads never leave a mix of two versions' chunks.
@@ -16,15 +21,18 @@ Concurrency, in short:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -36,7 +44,7 @@ from indexing.embedding_identity import configured_identity
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize, source_resolve
 from indexing.transcripts import chunk_transcript
-from memoryhub.errors import ApiError
+from memoryhub.errors import ApiError, is_lock_conflict
 from search.text import keyword_document
 
 logger = logging.getLogger(__name__)
@@ -93,8 +101,64 @@ def hash_normalize(value: str) -> str:
 
 
 def _agent_lock(agent: Agent) -> None:
-    """Serialise this agent's writes until the transaction ends (quotas and racing uploads)."""
-    Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk", flat=True).first()
+    """Serialise this agent's writes until the transaction ends (quotas and racing uploads).
+
+    FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with itself, but not with the FOR KEY SHARE that
+    Postgres' (deferred) foreign-key checks take on the agent row when a worker commits new chunks, so a
+    worker never waits for a web request's agent lock while holding file rows that request wants."""
+    Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).values_list("pk", flat=True).first()
+
+
+def _files_lock(file_ids) -> list[int]:
+    """Lock MemoryFile rows in ascending id order (the one lock order of every path that touches their
+    chunks or state) until the transaction ends. Returns the ids that still exist."""
+    ids = sorted(set(file_ids))
+    locked: list[int] = []
+    for start in range(0, len(ids), 5000):  # batches in ascending order keep the global order
+        batch = ids[start : start + 5000]
+        locked += MemoryFile.objects.select_for_update().filter(pk__in=batch).order_by("id").values_list("id", flat=True)
+    return locked
+
+
+def _files_update(files, **fields) -> int:
+    """``files.update(**fields)`` after locking the rows in id order: a plain multi-row UPDATE locks them
+    in scan order and could deadlock with a sync or a worker holding some of them."""
+    with transaction.atomic():
+        ids = _files_lock(files.values_list("id", flat=True))
+        return files.filter(pk__in=ids).update(**fields) if ids else 0
+
+
+_LOCK_CONFLICT_ATTEMPTS = 3
+
+
+def _lock_conflict_retry(func):
+    """Safety net for the web side's write transactions: the lock order above should make deadlocks
+    impossible, but if Postgres still aborts one (deadlock or serialization failure), run the whole
+    transaction again (it was rolled back: nothing is half-written) a few times, then answer 503
+    ``write_conflict`` instead of a 500. Inside an outer transaction (tests, or a caller's atomic block)
+    a retry is impossible, so the conflict is only translated."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        attempts = 1 if connection.in_atomic_block else _LOCK_CONFLICT_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try:
+                return func(*args, **kwargs)
+            except OperationalError as exc:
+                if not is_lock_conflict(exc):
+                    raise
+                logger.warning("%s met a lock conflict (attempt %s of %s): %s", func.__name__, attempt, attempts, exc)
+                if attempt == attempts:
+                    error = ApiError(
+                        status_code=503,
+                        code="write_conflict",
+                        message="This agent's memory is being written concurrently; nothing was changed. Try again.",
+                    )
+                    error.wait = 1
+                    raise error from exc
+                time.sleep(0.05 * attempt * (1 + random.random()))  # let the other transaction finish
+
+    return wrapper
 
 
 def _quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> None:
@@ -127,6 +191,7 @@ def _enqueue(job: IndexJob) -> None:
     transaction.on_commit(lambda: index_job_task.delay(job_id))
 
 
+@_lock_conflict_retry
 def file_ingest(
     *, agent: Agent, path: str, content: str, source: str | None = None, mtime: datetime | None = None
 ) -> tuple[MemoryFile, IndexJob | None]:
@@ -242,6 +307,7 @@ def _existing_files(*, agent: Agent, paths: list[str]) -> dict[str, MemoryFile]:
     return found
 
 
+@_lock_conflict_retry
 def workspace_sync(
     *, agent: Agent, entries: list[SyncEntry], delete_missing: bool = False, prefix: str = ""
 ) -> SyncOutcome:
@@ -291,6 +357,13 @@ def workspace_sync(
             - sum(size for _, _, size in doomed),
         )
 
+        # Every existing file this sync rewrites or deletes, locked in id order before any of their chunks
+        # is touched: a worker replacing one of them finishes (or is superseded) first.
+        _files_lock(
+            [current.pk for _, current in to_update]
+            + [current.pk for _, current in to_resource]
+            + [file_id for file_id, _, _ in doomed]
+        )
         changed = len(to_create) + len(to_update) + len(to_resource)
         chunks_removed = 0
         if doomed:
@@ -344,6 +417,7 @@ def workspace_sync(
     return outcome
 
 
+@_lock_conflict_retry
 def file_delete(*, agent: Agent, path: str) -> IndexJob:
     """Delete one file and its chunks now; the returned (finished) job records what was removed."""
     path = path_normalize(path)
@@ -353,6 +427,7 @@ def file_delete(*, agent: Agent, path: str) -> IndexJob:
         memory_file = MemoryFile.objects.filter(agent=agent, path=path).only("id").first()
         if memory_file is None:
             raise ApiError(status_code=404, code="not_found", message=f"No file {path!r}.")
+        _files_lock([memory_file.pk])  # before its chunks (lock order)
         chunks_removed = Chunk.objects.filter(file_id=memory_file.pk).count()
         memory_file.delete()
         return IndexJob.objects.create(
@@ -366,6 +441,8 @@ def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bo
     if not file_ids:
         return None
     with transaction.atomic():
+        _agent_lock(agent)
+        file_ids = _files_lock(file_ids)  # an unordered multi-row UPDATE could deadlock with a worker
         job = IndexJob.objects.create(agent=agent, trigger=trigger, files_seen=len(file_ids))
         update = {"state": State.PENDING, "job": job, "updated_at": timezone.now()}
         if force:
@@ -578,9 +655,11 @@ def files_index(
     except Exception as exc:
         if not isinstance(exc, ProviderError):
             # A bug must not leave files "indexing" forever: mark them failed, then fail loudly.
-            MemoryFile.objects.filter(pk__in=claimed, state=State.INDEXING).update(
-                state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000], updated_at=timezone.now()
-            )
+            with transaction.atomic():
+                _files_lock(claimed)  # lock order, as everywhere
+                MemoryFile.objects.filter(pk__in=claimed, state=State.INDEXING).update(
+                    state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000], updated_at=timezone.now()
+                )
         raise
     result_list = [outcomes[f.pk] for f in files]
     if transient is not None and not all(o.superseded for o in result_list):
@@ -611,11 +690,10 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
     upload's job."""
     now = timezone.now()
     with transaction.atomic():
+        _files_lock([f.pk for f in files])  # ascending id, like every web path (lock order)
         current = {
             row["id"]: row
-            for row in MemoryFile.objects.select_for_update()
-            .filter(pk__in=[f.pk for f in files])
-            .values("id", "content_hash", "source", "job_id")
+            for row in MemoryFile.objects.filter(pk__in=[f.pk for f in files]).values("id", "content_hash", "source", "job_id")
         }
         live = []
         for memory_file in files:
@@ -790,7 +868,8 @@ def index_job_fail(*, job_id: int, reason: str) -> None:
     )
     # Files the job left claimed go back to "failed" (keyword-searchable if they have chunks) so the
     # periodic task retries them; they are not silently stuck in "indexing".
-    MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]).update(
+    _files_update(
+        MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]),
         state=State.FAILED, last_error=reason[:2000], updated_at=timezone.now()
     )
 
@@ -839,8 +918,9 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             index_job_fail(job_id=job_id, reason=f"gave up after {attempts} attempts (stuck)")
             continue
         with transaction.atomic():
-            MemoryFile.objects.filter(job_id=job_id, state=State.INDEXING, updated_at__lt=stuck_cutoff).update(
-                state=State.PENDING, updated_at=now
+            _files_update(
+                MemoryFile.objects.filter(job_id=job_id, state=State.INDEXING, updated_at__lt=stuck_cutoff),
+                state=State.PENDING, updated_at=now,
             )
             if IndexJob.objects.filter(pk=job_id, state=state).update(state=JobState.QUEUED):
                 outcome.stuck_jobs += 1
@@ -860,6 +940,7 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             by_agent.setdefault(agent_id, []).append(file_id)
         for agent_id, file_ids in by_agent.items():
             with transaction.atomic():
+                _files_lock(file_ids)  # lock order, before the multi-row UPDATEs
                 job = IndexJob.objects.create(agent_id=agent_id, trigger=Trigger.SCHEDULE, files_seen=len(file_ids))
                 # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
                 MemoryFile.objects.filter(id__in=file_ids, state__in=[State.PENDING, State.INDEXING]).update(

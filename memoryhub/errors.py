@@ -6,6 +6,8 @@ DRF exceptions keep their status; anything unexpected becomes a plain 500 with n
 
 import logging
 
+import psycopg
+from django.db import OperationalError
 from django.http import Http404, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions, status
@@ -20,6 +22,15 @@ class ApiError(exceptions.APIException):
     def __init__(self, *, status_code: int, code: str, message: str):
         self.status_code = status_code
         super().__init__(detail=message, code=code)
+
+
+_LOCK_CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """A transaction Postgres aborted because of concurrent writers (deadlock, serialization failure):
+    nothing of it was written and running it again normally succeeds."""
+    return isinstance(exc, OperationalError) and isinstance(exc.__cause__, _LOCK_CONFLICTS)
 
 
 def error_body(code: str, message: str) -> dict:
@@ -58,6 +69,14 @@ def api_exception_handler(exc, context):
         return response
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "Not found."), status=status.HTTP_404_NOT_FOUND)
+    if is_lock_conflict(exc):  # last safety net; the write services retry such conflicts themselves
+        logger.warning("lock conflict in %s: %s", context.get("view").__class__.__name__, exc)
+        response = Response(
+            error_body("write_conflict", "The request met a concurrent write and nothing was changed. Try again."),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+        response["Retry-After"] = "1"
+        return response
     logger.exception("unhandled error in %s", context.get("view").__class__.__name__)
     return Response(error_body("server_error", "Internal server error."), status=500)
 
