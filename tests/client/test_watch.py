@@ -31,7 +31,7 @@ def test_watch_pushes_at_start_then_once_per_burst_of_changes_until_ctrl_c(hub, 
     root = tmp_path / "ws"
     write(root, "MEMORY.md", "# Memory\n\nfirst version\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "memoryhub.client", "watch", str(root), "--url", hub.url, "--debounce", "0.5"],
+        [sys.executable, "-m", "memoryhub.client", "watch", str(root), "--url", hub.url, "--debounce", "2"],
         env={**os.environ, "MEMORYHUB_TOKEN": hub.member.raw_token, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -39,7 +39,8 @@ def test_watch_pushes_at_start_then_once_per_burst_of_changes_until_ctrl_c(hub, 
         agent = hub.member.agent
         assert wait_for(lambda: "MEMORY.md" in server_contents(agent)), "the first push never arrived"
 
-        # One burst: an edit and a new note within the debounce window → one push with both.
+        # One burst: an edit and a new note within the debounce window → one push with both. The
+        # window is wide (2 s) so a test process stalled by a loaded machine cannot split the burst.
         write(root, "MEMORY.md", "# Memory\n\nsecond version\n")
         write(root, "memory/2026-03-02.md", "# 2026-03-02\n\nplanted tomatoes\n")
         assert wait_for(lambda: server_contents(agent) == {
@@ -49,7 +50,7 @@ def test_watch_pushes_at_start_then_once_per_burst_of_changes_until_ctrl_c(hub, 
         # Changes under vendor or hidden folders do not wake the watcher up.
         write(root, "node_modules/pkg/index.js", "module.exports = 2;\n")
         write(root, ".git/HEAD", "ref: refs/heads/main\n")
-        time.sleep(1.5)
+        time.sleep(3)  # longer than the debounce: a push would have started by now
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=20)
