@@ -145,8 +145,9 @@ stats AS (
     SELECT %(n)s::bigint AS n, %(avgdl)s::float8 AS avgdl
 )"""
 
-# Large agents: each lexeme's df is counted exactly up to RARE_DF_CAP (a GIN scan stopped early); the
-# df of a more common lexeme is estimated from a sample of the agent's chunks. Only chunks holding a
+# Large agents: each lexeme's df comes from the agent's background keyword stats (_stats_plan,
+# search/keyword_stats.py); until they exist it is counted exactly up to RARE_DF_CAP (a GIN scan stopped
+# early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Only chunks holding a
 # rare lexeme are scored: a chunk with common lexemes only cannot beat one with a rare lexeme by much,
 # and reading every chunk that contains "caroline" costs seconds at 100k chunks (measured: ~1.1 s
 # to read 100k search vectors). A query of common lexemes only scores the first MATCH_CAP matches.
