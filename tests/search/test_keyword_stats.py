@@ -77,3 +77,15 @@ def test_the_periodic_task_refreshes_keyword_stats(alice, index_files, settings)
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     assert keyword_stats_task() == {"refreshed": [alice.agent.pk], "dropped": [], "kept": 0, "skipped": ""}
     assert keyword_stats_task() == {"refreshed": [], "dropped": [], "kept": 1, "skipped": ""}
+
+
+def test_the_command_counts_now(alice, index_files):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    index_files(alice, FILES)
+    out = StringIO()
+    call_command("keyword_stats", "--min-chunks", "3", stdout=out)
+    assert "1 counted, 0 dropped, 0 kept" in out.getvalue()
+    assert KeywordAgentStats.objects.filter(agent=alice.agent).exists()
