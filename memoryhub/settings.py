@@ -256,6 +256,11 @@ MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("MEMORYHUB_SEARCH_RECENCY_HA
 # Agents with more chunks than this are searched by keyword with bounded work: exact df for rare
 # lexemes, sampled df for common ones, and only chunks holding a rare lexeme scored (search/keyword.py).
 MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = env_int("MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS", 20_000, minimum=0)
+# Those agents' per-lexeme document frequencies are counted in the background by the `keyword_stats`
+# task (search/keyword_stats.py) every INTERVAL seconds, and recounted when their chunk count moved by
+# more than DRIFT (a fraction) since the last count.
+MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = env_float("MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT", 0.02, minimum=0, maximum=1)
+MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL", 300, minimum=10)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score
@@ -287,6 +292,10 @@ MEMORYHUB_VECTOR_INDEX_INTERVAL = env_int("MEMORYHUB_VECTOR_INDEX_INTERVAL", 300
 CELERY_BEAT_SCHEDULE["search-vector-indexes"] = {
     "task": "search.tasks.vector_indexes_task",
     "schedule": float(MEMORYHUB_VECTOR_INDEX_INTERVAL),
+}
+CELERY_BEAT_SCHEDULE["search-keyword-stats"] = {
+    "task": "search.tasks.keyword_stats_task",
+    "schedule": float(MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL),
 }
 
 # --- Integrations: tools, MCP, admin console (integrations) --------------------------------------

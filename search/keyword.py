@@ -133,15 +133,21 @@ stats AS (
     SELECT count(*) AS n, GREATEST(avg(token_count), 1) AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
 )"""
 
+# A NULL df (a lexeme the agent's keyword stats do not know yet) is counted over `matched`, which then
+# holds every chunk containing it (such lexemes are always among the searched ones, without a cap).
 _GIVEN_DF_AND_STATS = """df AS (
-    SELECT d.i, d.df FROM unnest(%(dfs)s::bigint[]) WITH ORDINALITY AS d(df, i)
+    SELECT * FROM (
+        SELECT d.i, COALESCE(d.df, (SELECT count(*) FROM tf WHERE tf.i = d.i)) AS df
+        FROM unnest(%(dfs)s::bigint[]) WITH ORDINALITY AS d(df, i)
+    ) counted WHERE df > 0
 ),
 stats AS (
     SELECT %(n)s::bigint AS n, %(avgdl)s::float8 AS avgdl
 )"""
 
-# Large agents: each lexeme's df is counted exactly up to RARE_DF_CAP (a GIN scan stopped early); the
-# df of a more common lexeme is estimated from a sample of the agent's chunks. Only chunks holding a
+# Large agents: each lexeme's df comes from the agent's background keyword stats (_stats_plan,
+# search/keyword_stats.py); until they exist it is counted exactly up to RARE_DF_CAP (a GIN scan stopped
+# early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Only chunks holding a
 # rare lexeme are scored: a chunk with common lexemes only cannot beat one with a rare lexeme by much,
 # and reading every chunk that contains "caroline" costs seconds at 100k chunks (measured: ~1.1 s
 # to read 100k search vectors). A query of common lexemes only scores the first MATCH_CAP matches.
@@ -195,6 +201,27 @@ def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], li
     return dfs, rare, n, avgdl
 
 
+def _stats_plan(*, agent_id: int, lexemes: list[str]) -> tuple[list[int | None], list[int], int, float] | None:
+    """Like _large_agent_plan, from the agent's background keyword stats (search/keyword_stats.py), or
+    None when it has none. A lexeme the stats do not know (new since the refresh, or absent) gets df None
+    and is searched: it is rare or new, and whatever chunk holds it must stay findable."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.chunks, a.avg_tokens, "
+            "(SELECT json_object_agg(t.lexeme, t.df) FROM search_keywordtermstats t "
+            " WHERE t.agent_id = a.agent_id AND t.lexeme = ANY(%s)) "
+            "FROM search_keywordagentstats a WHERE a.agent_id = %s",
+            [lexemes, agent_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    n, avgdl, known = row[0], float(row[1] or 1), row[2] or {}
+    dfs = [known.get(lexeme) for lexeme in lexemes]
+    rare = [i for i, df in enumerate(dfs) if df is None or df < RARE_DF_CAP]
+    return dfs, rare, n, avgdl
+
+
 def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
     """The agent's chunks matching any lexeme of ``query``, best BM25 first (at most ``limit``)."""
     lexemes = query_lexemes(query)
@@ -211,8 +238,11 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     }
     df_and_stats, match_limit = _EXACT_DF_AND_STATS, ""
     large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
-    if _agent_size(agent_id, large_from + 1) > large_from:
-        dfs, rare, n, avgdl = _large_agent_plan(agent_id=agent_id, terms=terms)
+    plan = _stats_plan(agent_id=agent_id, lexemes=lexemes)
+    if plan is None and _agent_size(agent_id, large_from + 1) > large_from:
+        plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
+    if plan is not None:
+        dfs, rare, n, avgdl = plan
         params.update(dfs=dfs, n=n, avgdl=avgdl)
         df_and_stats = _GIVEN_DF_AND_STATS
         if rare:

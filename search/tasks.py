@@ -13,3 +13,13 @@ def vector_indexes_task() -> dict:
 
     outcome = vector_indexes_sync()
     return {"created": outcome.created, "dropped": outcome.dropped, "kept": len(outcome.kept), "skipped": outcome.skipped}
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def keyword_stats_task() -> dict:
+    """Periodic (CELERY_BEAT_SCHEDULE): recount the per-lexeme df of agents too big to count it at query
+    time (search/keyword_stats.py), drop the stats of agents that shrank. Safe to run twice."""
+    from search.keyword_stats import keyword_stats_sync
+
+    outcome = keyword_stats_sync()
+    return {"refreshed": outcome.refreshed, "dropped": outcome.dropped, "kept": len(outcome.kept), "skipped": outcome.skipped}

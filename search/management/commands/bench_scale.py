@@ -4,7 +4,8 @@ Builds a throw-away database (``--database``, on the same server as the configur
 agent (``--big`` chunks) and ``--agents - 1`` others sharing the rest of ``--chunks`` (log-normal sizes),
 each chunk a line of Zipf-distributed pseudo-words with a clustered, unit-length ``--dims`` vector.
 Rows are loaded with COPY (binary for the vectors) with the chunk table's secondary indexes dropped and
-rebuilt afterwards, then the per-agent HNSW indexes are built by the `vector_indexes` task's code.
+rebuilt afterwards, then the per-agent HNSW indexes and the keyword stats of large agents are built by
+the `vector_indexes` and `keyword_stats` tasks' code.
 
 It reports load and index build times, database size, and for a big, a middle and a small agent:
 vector recall@10 of `search.vector.vector_candidates` against exact search, and p50/p95 latency of the
@@ -139,6 +140,12 @@ class Command(BaseCommand):
         big_index = next((s for n, s in outcome.seconds.items() if n.startswith(f"chunk_hnsw_a{agent_ids[0]}_")), 0.0)
         self.out(f"HNSW indexes: {len(outcome.created)} agents with >= {settings.MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS:,} chunks "
                  f"in {hnsw_seconds:.1f} s (big agent's alone {big_index:.1f} s)")
+        from search.keyword_stats import keyword_stats_sync
+
+        started = time.monotonic()
+        stats = keyword_stats_sync()
+        self.out(f"keyword stats (per-lexeme df): {len(stats.refreshed)} agents with > "
+                 f"{settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:,} chunks in {time.monotonic() - started:.1f} s")
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE indexing_chunk")
         self.report_sizes()

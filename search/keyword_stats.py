@@ -1,0 +1,99 @@
+"""Document frequencies of the lexemes of large agents, refreshed in the background.
+
+Why: BM25 needs each query word's document frequency (df) in the agent. Counting it at query time
+over a 100k-chunk agent reads the whole posting list of a common word in the (all-agent) GIN index and
+then its rows (search/keyword.py's fallback counts up to RARE_DF_CAP and estimates common words from a
+sample: ~30 ms of a ~40 ms search at 100k chunks). `ts_stat` counts every lexeme of the agent in one
+pass, in the periodic `keyword_stats` task, and a search then reads a few rows by primary key.
+
+Only agents above MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS get stats (smaller ones are counted exactly
+at query time, which is fast). They are refreshed when the chunk count moved by more than
+MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT since the last refresh, and dropped when the agent shrinks to the
+threshold. Stale stats shift IDF slightly; they never hide a chunk: words unknown to the stats are
+searched and counted at query time (search/keyword.py).
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+# Held while stats are refreshed, so two runs of the task never rebuild the same agent at once.
+ADVISORY_LOCK_KEY = 0x6D68_6B77  # "mhkw"
+
+
+@dataclass
+class KeywordStatsOutcome:
+    refreshed: list[int] = field(default_factory=list)  # agent ids
+    dropped: list[int] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    seconds: dict[int, float] = field(default_factory=dict)
+    skipped: str = ""
+
+
+def keyword_stats_refresh(*, agent_id: int) -> None:
+    """Recount every lexeme's df, the chunk count and average length of one agent (one transaction)."""
+    agent_id = int(agent_id)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM search_keywordtermstats WHERE agent_id = %s", [agent_id])
+        # ts_stat takes the query as text; agent_id is an int, so inlining it is safe.
+        cursor.execute(
+            "INSERT INTO search_keywordtermstats (agent_id, lexeme, df) "
+            "SELECT %s, word, ndoc FROM ts_stat(%s)",
+            [agent_id, f"SELECT search_vector FROM indexing_chunk WHERE agent_id = {agent_id}"],
+        )
+        cursor.execute(
+            "INSERT INTO search_keywordagentstats (agent_id, chunks, avg_tokens, refreshed_at) "
+            "SELECT %s, count(*), GREATEST(coalesce(avg(token_count), 1), 1), %s FROM indexing_chunk WHERE agent_id = %s "
+            "ON CONFLICT (agent_id) DO UPDATE SET chunks = EXCLUDED.chunks, avg_tokens = EXCLUDED.avg_tokens, "
+            "refreshed_at = EXCLUDED.refreshed_at",
+            [agent_id, timezone.now(), agent_id],
+        )
+
+
+def keyword_stats_sync(*, min_chunks: int | None = None) -> KeywordStatsOutcome:
+    """Give every agent with more than ``min_chunks`` chunks fresh stats; drop the stats of the others.
+
+    Safe to run twice at once: the second run returns with ``skipped`` set.
+    """
+    min_chunks = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS if min_chunks is None else min_chunks
+    drift = settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT
+    outcome = KeywordStatsOutcome()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            outcome.skipped = "another run is refreshing keyword stats"
+            return outcome
+        try:
+            cursor.execute(
+                "SELECT agent_id, count(*) FROM indexing_chunk GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
+            )
+            sizes = dict(cursor.fetchall())
+            cursor.execute("SELECT agent_id, chunks FROM search_keywordagentstats")
+            existing = dict(cursor.fetchall())
+            for agent_id in sorted(set(existing) - set(sizes)):
+                with transaction.atomic():
+                    cursor.execute("DELETE FROM search_keywordtermstats WHERE agent_id = %s", [agent_id])
+                    cursor.execute("DELETE FROM search_keywordagentstats WHERE agent_id = %s", [agent_id])
+                outcome.dropped.append(agent_id)
+            for agent_id, count in sorted(sizes.items()):
+                known = existing.get(agent_id)
+                if known is not None and abs(count - known) <= drift * max(known, 1):
+                    outcome.kept.append(agent_id)
+                    continue
+                started = time.monotonic()
+                keyword_stats_refresh(agent_id=agent_id)
+                outcome.seconds[agent_id] = time.monotonic() - started
+                outcome.refreshed.append(agent_id)
+                logger.info("keyword stats of agent %d (%d chunks) in %.1f s", agent_id, count, outcome.seconds[agent_id])
+        finally:
+            try:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
+            except DatabaseError:  # the transaction is aborted; the error that aborted it is on its way up
+                pass
+    return outcome

@@ -1,0 +1,26 @@
+"""Per-agent keyword statistics of large agents (search/keyword_stats.py), so a keyword search of an
+agent with 100k chunks reads each query word's document frequency from a table instead of counting it."""
+
+from django.db import models
+
+from agents.models import Agent
+
+
+class KeywordAgentStats(models.Model):
+    """Chunk count and average chunk length of one large agent when its term stats were refreshed."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, primary_key=True, related_name="keyword_stats")
+    chunks = models.PositiveIntegerField()
+    avg_tokens = models.FloatField()
+    refreshed_at = models.DateTimeField()
+
+
+class KeywordTermStats(models.Model):
+    """How many of the agent's chunks hold ``lexeme`` (its BM25 document frequency), as of the refresh."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    lexeme = models.TextField()
+    df = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "lexeme"], name="keyword_term_agent_lexeme_uniq")]

@@ -1,0 +1,91 @@
+"""Keyword stats of large agents (search/keyword_stats.py): built and dropped by a periodic task, and
+searches that use them rank exactly like the query-time count of a small agent."""
+
+import math
+
+import pytest
+
+from search.keyword import keyword_candidates, query_lexemes
+from search.keyword_stats import keyword_stats_sync
+from search.models import KeywordAgentStats, KeywordTermStats
+from search.types import SearchFilters
+
+FILES = {f"memory/filler-{i}.md": f"We talked about the weather again, day {i}." for i in range(8)}
+FILES["memory/rare.md"] = "Melanie talked about the weather and pottery."
+FILES["notes/b.md"] = "Caroline went to the support group; the weather was fine."
+
+
+def ranked(member, query):
+    result = keyword_candidates(agent_id=member.agent.pk, query=query, filters=SearchFilters(), limit=20)
+    return [(h.chunk_id, pytest.approx(h.bm25)) for h in result.hits], result.idf
+
+
+def test_stats_are_built_for_large_agents_only_and_a_second_run_keeps_them(alice, bob, index_files, settings):
+    index_files(alice, FILES)
+    index_files(bob, {"memory/a.md": "Bob likes chess."})
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+
+    first = keyword_stats_sync()
+    assert first.refreshed == [alice.agent.pk]
+    stats = KeywordAgentStats.objects.get(agent=alice.agent)
+    assert stats.chunks == len(FILES)
+    weather = query_lexemes("weather")[0]
+    assert KeywordTermStats.objects.get(agent=alice.agent, lexeme=weather).df == len(FILES)
+    assert not KeywordTermStats.objects.filter(agent=bob.agent).exists()
+
+    second = keyword_stats_sync()
+    assert second.refreshed == [] and second.kept == [alice.agent.pk]
+
+    # The agent shrinks back below the threshold: its stats go.
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 100
+    third = keyword_stats_sync()
+    assert third.dropped == [alice.agent.pk]
+    assert not KeywordAgentStats.objects.exists() and not KeywordTermStats.objects.exists()
+
+
+def test_search_with_stats_ranks_exactly_like_the_query_time_count(alice, index_files, settings):
+    index_files(alice, FILES)
+    queries = ["Melanie weather", "When did Caroline go to the support group?", "pottery", "nothing matches zzz"]
+    exact = {query: ranked(alice, query) for query in queries}
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    assert {query: ranked(alice, query) for query in queries} == exact
+
+
+def test_words_written_after_the_refresh_are_found_and_counted(alice, index_files, settings):
+    index_files(alice, FILES)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    index_files(alice, {"memory/new.md": "Caroline adopted a kitten.", "memory/new2.md": "The kitten sleeps."})
+    with_stale_stats = ranked(alice, "kitten weather")
+
+    KeywordAgentStats.objects.all().delete()
+    KeywordTermStats.objects.all().delete()
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 10_000
+    exact = ranked(alice, "kitten weather")
+    kitten = query_lexemes("kitten")[0]
+    stale_n = len(FILES)  # N comes from the stats until the next refresh; kitten's df (2) is counted live
+    assert with_stale_stats[1][kitten] == pytest.approx(math.log(1 + (stale_n - 2 + 0.5) / (2 + 0.5)))
+    assert [chunk for chunk, _ in with_stale_stats[0][:2]] == [chunk for chunk, _ in exact[0][:2]]
+
+
+def test_the_periodic_task_refreshes_keyword_stats(alice, index_files, settings):
+    from search.tasks import keyword_stats_task
+
+    index_files(alice, FILES)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    assert keyword_stats_task() == {"refreshed": [alice.agent.pk], "dropped": [], "kept": 0, "skipped": ""}
+    assert keyword_stats_task() == {"refreshed": [], "dropped": [], "kept": 1, "skipped": ""}
+
+
+def test_the_command_counts_now(alice, index_files):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    index_files(alice, FILES)
+    out = StringIO()
+    call_command("keyword_stats", "--min-chunks", "3", stdout=out)
+    assert "1 counted, 0 dropped, 0 kept" in out.getvalue()
+    assert KeywordAgentStats.objects.filter(agent=alice.agent).exists()
