@@ -33,8 +33,43 @@ class TokenCreateForm(forms.Form):
     expires_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
 
+class AgentForm(forms.ModelForm):
+    """The webhook secret is write-only: the page never sends it back to the browser. A blank field keeps
+    the current secret; "clear" removes it."""
+
+    webhook_secret = forms.CharField(
+        required=False,
+        max_length=128,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="When set, POST /api/v1/sync must carry X-MemoryHub-Signature: sha256=<HMAC-SHA256 of the body>. "
+        "Leave blank to keep the current secret.",
+    )
+    clear_webhook_secret = forms.BooleanField(required=False, label="Clear the webhook secret")
+
+    class Meta:
+        model = Agent
+        fields = ["slug", "name", "is_active", "webhook_secret", "overrides"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        has_secret = bool(self.instance.pk and self.instance.webhook_secret)
+        self.fields["webhook_secret"].help_text = (
+            ("A secret is set. " if has_secret else "No secret is set. ") + self.fields["webhook_secret"].help_text
+        )
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("clear_webhook_secret"):
+            cleaned["webhook_secret"] = ""
+        elif not cleaned.get("webhook_secret"):
+            cleaned["webhook_secret"] = self.instance.webhook_secret if self.instance.pk else ""
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
     list_display = [
         "slug", "name", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
         "last_indexed", "created_at",

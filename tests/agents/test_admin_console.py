@@ -128,3 +128,33 @@ def test_token_pages_need_a_staff_login(client, alice):
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
     alice.token.refresh_from_db()
     assert alice.token.revoked_at is None
+
+
+def _agent_form(agent, **changes) -> dict:
+    form = {"slug": agent.slug, "name": agent.name, "is_active": "on", "webhook_secret": "", "overrides": "{}"}
+    form.update(changes)
+    return form
+
+
+def test_the_webhook_secret_is_write_only_on_the_agent_page(operator, alice):
+    agent = alice.agent
+    agent.webhook_secret = "s3cret-value-never-shown"
+    agent.save()
+    url = f"/admin/agents/agent/{agent.pk}/change/"
+
+    page = operator.get(url).content.decode()
+    assert "s3cret-value-never-shown" not in page and "A secret is set." in page
+
+    # Saving the page with the field left blank keeps the secret.
+    assert operator.post(url, _agent_form(agent, name="renamed")).status_code == 302
+    agent.refresh_from_db()
+    assert agent.name == "renamed" and agent.webhook_secret == "s3cret-value-never-shown"
+
+    operator.post(url, _agent_form(agent, webhook_secret="a-new-secret"))
+    agent.refresh_from_db()
+    assert agent.webhook_secret == "a-new-secret"
+
+    operator.post(url, _agent_form(agent, clear_webhook_secret="on"))
+    agent.refresh_from_db()
+    assert agent.webhook_secret == ""
+    assert "No secret is set." in operator.get(url).content.decode()
