@@ -253,12 +253,13 @@ MEMORYHUB_SEARCH_CANDIDATE_POOL = env_int("MEMORYHUB_SEARCH_CANDIDATE_POOL", 100
 # 1x (today) towards (1 - b)x with its age, halving the gap every HALF_LIFE_DAYS. Undated files are evergreen.
 MEMORYHUB_SEARCH_RECENCY_BOOST = env_float("MEMORYHUB_SEARCH_RECENCY_BOOST", 0.0, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0, minimum=0.1)
-# Agents with more chunks than this are searched by keyword with bounded work: exact df for rare
-# lexemes, sampled df for common ones, and only chunks holding a rare lexeme scored (search/keyword.py).
-MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = env_int("MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS", 20_000, minimum=0)
-# Those agents' per-lexeme document frequencies are counted in the background by the `keyword_stats`
-# task (search/keyword_stats.py) every INTERVAL seconds, and recounted when their chunk count moved by
-# more than DRIFT (a fraction) since the last count.
+# Agents with at most this many chunks are searched by keyword exactly (every chunk holding a query word
+# scored, df counted at query time). Bigger ones are searched with bounded work (search/keyword.py): df
+# from background stats, a GIN index of their own, and only the chunks of their rarest query words scored.
+MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = env_int("MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS", 2_000, minimum=0)
+# Those agents' per-lexeme document frequencies are counted (and their GIN index built) in the background
+# by the `keyword_stats` task (search/keyword_stats.py) every INTERVAL seconds, and recounted when their
+# chunk count moved by more than DRIFT (a fraction) since the last count.
 MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = env_float("MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT", 0.02, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL", 300, minimum=10)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.

@@ -83,40 +83,47 @@ def lines_lexemes(lines: list[str]) -> list[set[str]]:
         return [set(row[0]) for row in cursor.fetchall()]
 
 
-# Plan: the GIN index (chunk_search_vector_gin) finds the chunks containing any lexeme, the agent
-# condition is checked on those rows; df per lexeme is counted over this agent's matching chunks
-# (every chunk that contains a lexeme matches the OR query, so the count is the agent's true df).
-# The file table is joined only when filters are set, after scoring, so unfiltered searches never
-# touch it and the IDF stays the agent's whatever the filter.
-#
-# For a large agent (see _large_agent_plan) the df, N and average length come in as parameters and
-# `matched` is restricted to the chunks holding a rare lexeme (or capped), so the work is bounded.
-_SQL = """
+# Small agents (at most MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS chunks): the agent's chunks are read
+# through its btree index and filtered by the query, df per lexeme is counted over these matches (every
+# chunk that contains a lexeme matches the OR query, so the count is the agent's true df), then each
+# match is scored. The OFFSET 0 fence keeps the planner off chunk_search_vector_gin: that index holds
+# every agent's chunks, and the bitmap of a common word's posting list at 1M chunks took 50-100 ms for a
+# 3k-5k-chunk agent, against 10-25 ms to read and filter the agent's own rows (README, "Search at
+# scale"). The file table is joined only when filters are set, after scoring, so unfiltered searches
+# never touch it and the IDF stays the agent's whatever the filter.
+_EXACT_SQL = """
 WITH terms AS (
     SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
 ),
-matched AS MATERIALIZED (
-    SELECT c.id, c.file_id, c.token_count,
-           array(SELECT ts_rank('{{1,1,1,1}}', c.search_vector, t.q, 0) FROM terms t ORDER BY t.i) AS ranks
-    FROM indexing_chunk c
-    WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
-    {match_limit}
+tf AS MATERIALIZED (
+    SELECT m.id, m.file_id, m.token_count, r.i,
+           round(1.0 / (1.6449340668482264 * (1.0 - LEAST(r.rank, 0.999999)::float8)) - 0.5) AS tf
+    FROM (
+        SELECT c.id, c.file_id, c.token_count, c.search_vector
+        FROM indexing_chunk c
+        WHERE c.agent_id = %(agent)s
+        OFFSET 0
+    ) m
+    CROSS JOIN LATERAL (SELECT t.i, ts_rank('{{1,1,1,1}}', m.search_vector, t.q, 0) AS rank FROM terms t) r
+    WHERE m.search_vector @@ %(query)s::tsquery AND r.rank > 0
 ),
-tf AS (
-    SELECT m.id, m.file_id, m.token_count, t.i,
-           round(1.0 / (1.6449340668482264 * (1.0 - LEAST(m.ranks[t.i], 0.999999)::float8)) - 0.5) AS tf
-    FROM matched m CROSS JOIN terms t
-    WHERE m.ranks[t.i] > 0
+df AS (
+    SELECT i, count(*) AS df FROM tf GROUP BY i
 ),
-{df_and_stats},
+stats AS (
+    SELECT count(*) AS n, GREATEST(avg(token_count), 1)::float8 AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
+),
+idf AS (
+    SELECT df.i, ln(1 + GREATEST(stats.n - df.df + 0.5, 0.5)::float8 / (df.df + 0.5)::float8) AS idf, stats.avgdl
+    FROM df CROSS JOIN stats
+),
 scored AS (
     SELECT tf.id, tf.file_id,
            sum(
-               ln(1 + GREATEST(stats.n - df.df + 0.5, 0.5) / (df.df + 0.5))
-               * tf.tf * (%(k1)s + 1)
-               / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * GREATEST(tf.token_count, 1) / stats.avgdl))
+               idf.idf * tf.tf * (%(k1)s::float8 + 1)
+               / (tf.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(tf.token_count, 1) / idf.avgdl))
            ) AS bm25
-    FROM tf JOIN df USING (i) CROSS JOIN stats
+    FROM tf JOIN idf USING (i)
     GROUP BY tf.id, tf.file_id
 )
 SELECT s.id, s.bm25, (SELECT json_object_agg(i, df) FROM df), (SELECT n FROM stats)
@@ -126,34 +133,66 @@ ORDER BY s.bm25 DESC, s.id
 LIMIT %(limit)s
 """
 
-_EXACT_DF_AND_STATS = """df AS (
-    SELECT i, count(*) AS df FROM tf GROUP BY i
+# Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
+# pass, without grouping: the matches come from the agent's own partial GIN index
+# (search/keyword_index.py) restricted to the lexemes chosen by searched_terms.
+_GIVEN_IDF_SQL = """
+WITH terms AS (
+    SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
 ),
-stats AS (
-    SELECT count(*) AS n, GREATEST(avg(token_count), 1) AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
-)"""
+scored AS (
+    SELECT m.id, m.file_id,
+           (SELECT sum(t.idf * r.tf * (%(k1)s::float8 + 1)
+                       / (r.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(m.token_count, 1) / %(avgdl)s::float8)))
+            FROM terms t
+            CROSS JOIN LATERAL (
+                SELECT round(1.0 / (1.6449340668482264 * (1.0 - LEAST(ts_rank('{{1,1,1,1}}', m.search_vector, t.q, 0), 0.999999)::float8)) - 0.5) AS tf
+            ) r
+            WHERE r.tf > 0) AS bm25
+    FROM (
+        SELECT c.id, c.file_id, c.token_count, c.search_vector
+        FROM indexing_chunk c
+        WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
+        {match_limit}
+    ) m
+)
+SELECT s.id, s.bm25
+FROM scored s {file_join}
+{file_where}
+ORDER BY s.bm25 DESC, s.id
+LIMIT %(limit)s
+"""
 
-# A NULL df (a lexeme the agent's keyword stats do not know yet) is counted over `matched`, which then
-# holds every chunk containing it (such lexemes are always among the searched ones, without a cap).
-_GIVEN_DF_AND_STATS = """df AS (
-    SELECT * FROM (
-        SELECT d.i, COALESCE(d.df, (SELECT count(*) FROM tf WHERE tf.i = d.i)) AS df
-        FROM unnest(%(dfs)s::bigint[]) WITH ORDINALITY AS d(df, i)
-    ) counted WHERE df > 0
-),
-stats AS (
-    SELECT %(n)s::bigint AS n, %(avgdl)s::float8 AS avgdl
-)"""
+
+def bm25_idf(*, n: int, df: int) -> float:
+    return math.log(1 + max(n - df + 0.5, 0.5) / (df + 0.5))
+
 
 # Large agents: each lexeme's df comes from the agent's background keyword stats (_stats_plan,
 # search/keyword_stats.py); until they exist it is counted exactly up to RARE_DF_CAP (a GIN scan stopped
-# early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Only chunks holding a
-# rare lexeme are scored: a chunk with common lexemes only cannot beat one with a rare lexeme by much,
-# and reading every chunk that contains "caroline" costs seconds at 100k chunks (measured: ~1.1 s
-# to read 100k search vectors). A query of common lexemes only scores the first MATCH_CAP matches.
+# early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Reading
+# every chunk that contains a common word costs seconds at 100k chunks (measured: ~1.1 s to read 100k
+# search vectors), so only the chunks holding the query's rarest lexemes are scored: lexemes are taken
+# rarest first while their dfs add up to at most SCORE_BUDGET (the rarest one always), and a chunk that
+# holds none of them is not read. When every lexeme fits in the budget the result is exact BM25; when
+# the rarest alone is more common than the budget, SCORE_BUDGET of its chunks are scored. How the
+# budget was chosen: README, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
-MATCH_CAP = 1000
+SCORE_BUDGET = 2000
+
+
+def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
+    """(indexes of the lexemes whose chunks are scored, whether the match must be capped at ``budget``):
+    the rarest lexemes whose dfs add up to at most ``budget``, and always the rarest one that occurs."""
+    chosen, total = [], 0
+    for i in sorted(range(len(dfs)), key=lambda i: (dfs[i], i)):
+        if total > 0 and total + dfs[i] > budget:
+            break
+        chosen.append(i)
+        total += dfs[i]
+    return sorted(chosen), total > budget
+
 
 _LARGE_AGENT_STATS_SQL = """
 WITH terms AS (
@@ -181,8 +220,9 @@ def _agent_size(agent_id: int, at_most: int) -> int:
         return cursor.fetchone()[0]
 
 
-def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], list[int], int, float]:
-    """(df per term, indexes of the rare terms, N, average chunk length) for a large agent."""
+def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], int, float]:
+    """(df per term, N, average chunk length) for a large agent without keyword stats yet: dfs below
+    RARE_DF_CAP counted exactly, larger ones estimated from a sample."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM indexing_chunk WHERE agent_id = %s", [agent_id])
         n = cursor.fetchone()[0]
@@ -190,21 +230,29 @@ def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], li
             _LARGE_AGENT_STATS_SQL, {"terms": terms, "agent": agent_id, "sample": SAMPLE_CHUNKS, "cap": RARE_DF_CAP}
         )
         rows = cursor.fetchall()
-    dfs, rare = [], []
+    dfs = []
     avgdl = float(rows[0][4] or 1) if rows else 1.0
-    for i, capped, in_sample, sample_size, _ in rows:
-        if capped < RARE_DF_CAP:
-            dfs.append(capped)
-            rare.append(i - 1)
-        else:
-            dfs.append(max(RARE_DF_CAP, round(n * in_sample / max(sample_size, 1))))
-    return dfs, rare, n, avgdl
+    for _, capped, in_sample, sample_size, _ in rows:
+        dfs.append(capped if capped < RARE_DF_CAP else max(RARE_DF_CAP, round(n * in_sample / max(sample_size, 1))))
+    return dfs, n, avgdl
 
 
-def _stats_plan(*, agent_id: int, lexemes: list[str]) -> tuple[list[int | None], list[int], int, float] | None:
+def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
+    """Each term's df in the agent, counted no further than RARE_DF_CAP."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c "
+            "        WHERE c.agent_id = %(agent)s AND c.search_vector @@ t.q LIMIT %(cap)s) x) "
+            "FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i) ORDER BY t.i",
+            {"terms": terms, "agent": agent_id, "cap": RARE_DF_CAP},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> tuple[list[int], int, float] | None:
     """Like _large_agent_plan, from the agent's background keyword stats (search/keyword_stats.py), or
-    None when it has none. A lexeme the stats do not know (new since the refresh, or absent) gets df None
-    and is searched: it is rare or new, and whatever chunk holds it must stay findable."""
+    None when it has none. A lexeme the stats do not know (new since the last count, or absent) is
+    counted now, up to RARE_DF_CAP: if it is new, the chunks holding it must stay findable."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT a.chunks, a.avg_tokens, "
@@ -217,9 +265,10 @@ def _stats_plan(*, agent_id: int, lexemes: list[str]) -> tuple[list[int | None],
     if row is None:
         return None
     n, avgdl, known = row[0], float(row[1] or 1), row[2] or {}
-    dfs = [known.get(lexeme) for lexeme in lexemes]
-    rare = [i for i, df in enumerate(dfs) if df is None or df < RARE_DF_CAP]
-    return dfs, rare, n, avgdl
+    unknown = [i for i, lexeme in enumerate(lexemes) if lexeme not in known]
+    counted = dict(zip(unknown, _capped_dfs(agent_id=agent_id, terms=[terms[i] for i in unknown]))) if unknown else {}
+    dfs = [known[lexeme] if i not in counted else counted[i] for i, lexeme in enumerate(lexemes)]
+    return dfs, max(n, 1), avgdl
 
 
 def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
@@ -228,46 +277,43 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})
     terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
-    params = {
-        "terms": terms,
-        "agent": agent_id,
-        "query": " | ".join(terms),
-        "k1": BM25_K1,
-        "b": BM25_B,
-        "limit": limit,
-    }
-    df_and_stats, match_limit = _EXACT_DF_AND_STATS, ""
-    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
-    plan = _stats_plan(agent_id=agent_id, lexemes=lexemes)
-    if plan is None and _agent_size(agent_id, large_from + 1) > large_from:
-        plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
-    if plan is not None:
-        dfs, rare, n, avgdl = plan
-        params.update(dfs=dfs, n=n, avgdl=avgdl)
-        df_and_stats = _GIVEN_DF_AND_STATS
-        if rare:
-            params["query"] = " | ".join(terms[i] for i in rare)
-        else:
-            match_limit = f"LIMIT {MATCH_CAP}"
+    params = {"terms": terms, "agent": agent_id, "query": " | ".join(terms), "k1": BM25_K1, "b": BM25_B, "limit": limit}
     file_join = file_where = ""
     if not filters.is_empty:
         clause, filter_params = filters.file_sql("f")
         # file_sql uses %s placeholders; name them so they mix with the named ones above.
-        for n, value in enumerate(filter_params):
-            clause = clause.replace("%s", f"%(filter_{n})s", 1)
-            params[f"filter_{n}"] = value
+        for number, value in enumerate(filter_params):
+            clause = clause.replace("%s", f"%(filter_{number})s", 1)
+            params[f"filter_{number}"] = value
         file_join = "JOIN indexing_memoryfile f ON f.id = s.file_id"
         file_where = f"WHERE {clause}"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _SQL.format(file_join=file_join, file_where=file_where, df_and_stats=df_and_stats, match_limit=match_limit),
-            params,
-        )
-        rows = cursor.fetchall()
+
+    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+    plan = _stats_plan(agent_id=agent_id, lexemes=lexemes, terms=terms)
+    if plan is None and _agent_size(agent_id, large_from + 1) > large_from:
+        plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
+    if plan is None:
+        sql = _EXACT_SQL.format(file_join=file_join, file_where=file_where)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        if not rows:
+            return KeywordResult(hits=[], lexemes=lexemes, idf={})
+        dfs, n = rows[0][2] or {}, rows[0][3] or 0
+        idf = {lexemes[int(i) - 1]: bm25_idf(n=n, df=df) for i, df in dfs.items()}
+    else:
+        dfs, n, avgdl = plan
+        idfs = [bm25_idf(n=n, df=df) if df > 0 else None for df in dfs]
+        searched, capped = searched_terms(dfs, budget=SCORE_BUDGET)
+        params.update(idfs=idfs, avgdl=avgdl, query=" | ".join(terms[i] for i in searched))
+        match_limit = f"LIMIT {int(SCORE_BUDGET)}" if capped else ""
+        sql = _GIVEN_IDF_SQL.format(file_join=file_join, file_where=file_where, match_limit=match_limit)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
     if not rows:
         return KeywordResult(hits=[], lexemes=lexemes, idf={})
-    dfs, n = rows[0][2] or {}, rows[0][3] or 0
-    idf = {lexemes[int(i) - 1]: math.log(1 + (n - df + 0.5) / (df + 0.5)) for i, df in dfs.items()}
     best = rows[0][1] or 1.0
     hits = [KeywordHit(chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1]) for row in rows]
     return KeywordResult(hits=hits, lexemes=lexemes, idf=idf)

@@ -22,4 +22,11 @@ def keyword_stats_task() -> dict:
     from search.keyword_stats import keyword_stats_sync
 
     outcome = keyword_stats_sync()
-    return {"refreshed": outcome.refreshed, "dropped": outcome.dropped, "kept": len(outcome.kept), "skipped": outcome.skipped}
+    return {
+        "refreshed": outcome.refreshed,
+        "dropped": outcome.dropped,
+        "kept": len(outcome.kept),
+        "indexes_created": outcome.indexes_created,
+        "indexes_dropped": outcome.indexes_dropped,
+        "skipped": outcome.skipped,
+    }

@@ -31,6 +31,18 @@ INDEX_NAME_PATTERN = re.compile(r"^chunk_hnsw_a(\d+)_d(\d+)$")
 ADVISORY_LOCK_KEY = 0x6D68_7665  # "mhve"
 
 
+def concurrently_clause() -> str:
+    """" CONCURRENTLY" for CREATE/DROP INDEX, or "" inside a transaction block (tests wrap everything
+    in one), where CONCURRENTLY cannot run; there, pending deferred foreign-key checks are run first,
+    since an index cannot be built while they are pending."""
+    if not connection.in_atomic_block:
+        return " CONCURRENTLY"
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+    return ""
+
+
 def agent_vector_index_name(*, agent_id: int, dimensions: int) -> str:
     return f"chunk_hnsw_a{int(agent_id)}_d{int(dimensions)}"
 
@@ -105,13 +117,7 @@ def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
     min_chunks = settings.MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS if min_chunks is None else min_chunks
     outcome = VectorIndexOutcome()
     identity = configured_identity()
-    # CONCURRENTLY cannot run inside a transaction block (tests wrap everything in one).
-    concurrently = "" if connection.in_atomic_block else " CONCURRENTLY"
-    if connection.in_atomic_block:
-        # An index cannot be built while the transaction has deferred foreign-key checks pending.
-        with connection.cursor() as cursor:
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+    concurrently = concurrently_clause()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
         if not cursor.fetchone()[0]:

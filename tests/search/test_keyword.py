@@ -1,7 +1,9 @@
 """The keyword half alone: natural-language questions match, BM25 ranks with this agent's IDF, any
 text is safe, CJK is findable."""
 
-from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes
+import pytest
+
+from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes, searched_terms
 from search.types import SearchFilters
 
 NO_FILTERS = SearchFilters()
@@ -103,10 +105,27 @@ def test_large_agents_score_chunks_with_rare_words_and_keep_exact_rare_idf(alice
     exact = hits(alice, "Melanie weather")
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     monkeypatch.setattr(keyword, "RARE_DF_CAP", 4)
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 4)
     bounded = hits(alice, "Melanie weather")
     assert paths_of(bounded) == ["memory/rare.md"]  # chunks with only the common word are not read
     melanie = query_lexemes("Melanie")[0]
     assert bounded.idf[melanie] == exact.idf[melanie]
-    # A query of common words only still answers, from a capped set of matches.
-    monkeypatch.setattr(keyword, "MATCH_CAP", 5)
+    # A query of common words only still answers, from SCORE_BUDGET of the rarest word's chunks.
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 5)
     assert len(hits(alice, "weather talked").hits) == 5
+    # A word the agent never used (a typo) does not hide the common ones.
+    assert len(hits(alice, "wether weather").hits) == 5
+
+
+@pytest.mark.parametrize(
+    ("dfs", "budget", "expected"),
+    [
+        ([10, 3, 40], 100, ([0, 1, 2], False)),  # everything fits: exact BM25
+        ([10, 3, 40], 20, ([0, 1], False)),  # rarest first while the sum fits
+        ([900, 700], 500, ([1], True)),  # the rarest alone is too common: capped
+        ([0, 900], 500, ([0, 1], True)),  # an absent word (df 0) never stands in for the rest
+        ([0, 0], 500, ([0, 1], False)),
+    ],
+)
+def test_searched_terms_take_the_rarest_words_within_the_budget(dfs, budget, expected):
+    assert searched_terms(dfs, budget=budget) == expected

@@ -75,8 +75,49 @@ def test_the_periodic_task_refreshes_keyword_stats(alice, index_files, settings)
 
     index_files(alice, FILES)
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
-    assert keyword_stats_task() == {"refreshed": [alice.agent.pk], "dropped": [], "kept": 0, "skipped": ""}
-    assert keyword_stats_task() == {"refreshed": [], "dropped": [], "kept": 1, "skipped": ""}
+    index = f"chunk_gin_a{alice.agent.pk}"
+    assert keyword_stats_task() == {
+        "refreshed": [alice.agent.pk], "dropped": [], "kept": 0, "indexes_created": [index], "indexes_dropped": [], "skipped": "",
+    }
+    assert keyword_stats_task() == {
+        "refreshed": [], "dropped": [], "kept": 1, "indexes_created": [], "indexes_dropped": [], "skipped": "",
+    }
+
+
+def test_large_agents_get_their_own_gin_index_and_searches_use_it(alice, bob, index_files, settings):
+    from django.db import connection
+
+    from search.keyword_stats import keyword_indexes
+
+    index_files(alice, FILES)
+    index_files(bob, {"memory/a.md": "Bob likes chess."})
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    outcome = keyword_stats_sync()
+    assert outcome.indexes_created == [f"chunk_gin_a{alice.agent.pk}"]
+    assert keyword_indexes() == {f"chunk_gin_a{alice.agent.pk}": True}
+
+    # The agent id reaches Postgres as a literal, so the planner can match the partial index's predicate.
+    captured = []
+    with connection.execute_wrapper(lambda execute, sql, params, many, context: captured.append((sql, params)) or execute(sql, params, many, context)):
+        ranked(alice, "Melanie weather")
+    sql, params = captured[-1]
+    with connection.cursor() as cursor:
+        # On a 10-row table any plan is cheap; leave the planner the two GIN indexes only (the test's
+        # transaction is rolled back, indexes included), and see that it can use the agent's own.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'indexing_chunk' "
+            "AND indexname NOT IN ('indexing_chunk_pkey', 'chunk_search_vector_gin') AND indexname NOT LIKE 'chunk\\_gin\\_a%%'"
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP INDEX "{name}"')
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert f"chunk_gin_a{alice.agent.pk}" in plan and "chunk_search_vector_gin" not in plan, plan
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 100
+    dropped = keyword_stats_sync()
+    assert dropped.indexes_dropped == [f"chunk_gin_a{alice.agent.pk}"] and keyword_indexes() == {}
 
 
 def test_the_command_counts_now(alice, index_files):

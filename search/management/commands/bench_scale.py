@@ -144,8 +144,11 @@ class Command(BaseCommand):
 
         started = time.monotonic()
         stats = keyword_stats_sync()
-        self.out(f"keyword stats (per-lexeme df): {len(stats.refreshed)} agents with > "
-                 f"{settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:,} chunks in {time.monotonic() - started:.1f} s")
+        big_gin = stats.index_seconds.get(f"chunk_gin_a{agent_ids[0]}", 0.0)
+        self.out(f"keyword stats (per-lexeme df) and GIN indexes: {len(stats.refreshed)} agents with > "
+                 f"{settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:,} chunks in {time.monotonic() - started:.1f} s "
+                 f"(stats {sum(stats.seconds.values()):.1f} s, indexes {sum(stats.index_seconds.values()):.1f} s; "
+                 f"big agent's index alone {big_gin:.1f} s)")
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE indexing_chunk")
         self.report_sizes()
@@ -416,12 +419,15 @@ class Command(BaseCommand):
                 "pg_relation_size('indexing_chunk'), "
                 "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
                 " WHERE relname = 'indexing_chunk' AND indexrelname LIKE 'chunk\\_hnsw\\_%%'), "
-                "pg_relation_size('chunk_search_vector_gin')"
+                "pg_relation_size('chunk_search_vector_gin'), "
+                "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
+                " WHERE relname = 'indexing_chunk' AND indexrelname LIKE 'chunk\\_gin\\_a%%')"
             )
-            database, chunks_total, chunks_heap, hnsw, gin = cursor.fetchone()
+            database, chunks_total, chunks_heap, hnsw, gin, agent_gin = cursor.fetchone()
         mb = 1024 * 1024
         self.out(f"database size: {database / mb:,.0f} MB (chunk table {chunks_heap / mb:,.0f} MB, with TOAST and indexes "
-                 f"{chunks_total / mb:,.0f} MB; HNSW indexes {hnsw / mb:,.0f} MB; GIN {gin / mb:,.0f} MB)")
+                 f"{chunks_total / mb:,.0f} MB; HNSW indexes {hnsw / mb:,.0f} MB; GIN {gin / mb:,.0f} MB, "
+                 f"per-agent GIN {agent_gin / mb:,.0f} MB)")
 
     def report(self, rows) -> None:
         header = "| agent | vector recall@10 | vector half p50 / p95 | keyword half p50 / p95 |"

@@ -1,4 +1,5 @@
-"""python manage.py keyword_stats — recount the keyword stats of large agents now (the periodic task's work)."""
+"""python manage.py keyword_stats — recount the keyword stats of large agents and build their GIN indexes now
+(the periodic task's work)."""
 
 from django.core.management.base import BaseCommand
 
@@ -8,7 +9,7 @@ from search.keyword_stats import keyword_stats_sync
 class Command(BaseCommand):
     help = (
         "Count the per-lexeme document frequencies of agents with more than MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS "
-        "chunks (refreshing those that drifted); drop the stats of the others."
+        "chunks (refreshing those that drifted) and give them a GIN index of their own; drop the stats and indexes of the others."
     )
 
     def add_arguments(self, parser):
@@ -22,4 +23,8 @@ class Command(BaseCommand):
             self.stdout.write(f"agent {agent_id}: counted in {outcome.seconds[agent_id]:.1f} s")
         for agent_id in outcome.dropped:
             self.stdout.write(f"agent {agent_id}: stats dropped")
+        for name in outcome.indexes_created:
+            self.stdout.write(f"{name}: built in {outcome.index_seconds[name]:.1f} s")
+        for name in outcome.indexes_dropped:
+            self.stdout.write(f"{name}: dropped")
         self.stdout.write(f"{len(outcome.refreshed)} counted, {len(outcome.dropped)} dropped, {len(outcome.kept)} kept")
