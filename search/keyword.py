@@ -44,6 +44,10 @@ class KeywordHit:
     chunk_id: int
     score: float  # BM25 / best BM25 of this query: 0..1, the best hit is 1.0
     bm25: float
+    # Where the chunk sits, read with the row the search scores anyway (snippets need no second fetch).
+    file_id: int = 0
+    start_line: int = 0
+    end_line: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,10 @@ WITH terms AS (
     SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
 ),
 tf AS MATERIALIZED (
-    SELECT m.id, m.file_id, m.token_count, r.i,
+    SELECT m.id, m.file_id, m.start_line, m.end_line, m.token_count, r.i,
            round(1.0 / (1.6449340668482264 * (1.0 - LEAST(r.rank, 0.999999)::float8)) - 0.5) AS tf
     FROM (
-        SELECT c.id, c.file_id, c.token_count, c.search_vector
+        SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
         FROM indexing_chunk c
         WHERE c.agent_id = %(agent)s
         OFFSET 0
@@ -118,15 +122,15 @@ idf AS (
     FROM df CROSS JOIN stats
 ),
 scored AS (
-    SELECT tf.id, tf.file_id,
+    SELECT tf.id, tf.file_id, tf.start_line, tf.end_line,
            sum(
                idf.idf * tf.tf * (%(k1)s::float8 + 1)
                / (tf.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(tf.token_count, 1) / idf.avgdl))
            ) AS bm25
     FROM tf JOIN idf USING (i)
-    GROUP BY tf.id, tf.file_id
+    GROUP BY tf.id, tf.file_id, tf.start_line, tf.end_line
 )
-SELECT s.id, s.bm25, (SELECT json_object_agg(i, df) FROM df), (SELECT n FROM stats)
+SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, (SELECT json_object_agg(i, df) FROM df), (SELECT n FROM stats)
 FROM scored s {file_join}
 {file_where}
 ORDER BY s.bm25 DESC, s.id
@@ -141,7 +145,7 @@ WITH terms AS (
     SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
 ),
 scored AS (
-    SELECT m.id, m.file_id,
+    SELECT m.id, m.file_id, m.start_line, m.end_line,
            (SELECT sum(t.idf * r.tf * (%(k1)s::float8 + 1)
                        / (r.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(m.token_count, 1) / %(avgdl)s::float8)))
             FROM terms t
@@ -150,13 +154,13 @@ scored AS (
             ) r
             WHERE r.tf > 0) AS bm25
     FROM (
-        SELECT c.id, c.file_id, c.token_count, c.search_vector
+        SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
         FROM indexing_chunk c
         WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
         {match_limit}
     ) m
 )
-SELECT s.id, s.bm25
+SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line
 FROM scored s {file_join}
 {file_where}
 ORDER BY s.bm25 DESC, s.id
@@ -299,7 +303,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
             rows = cursor.fetchall()
         if not rows:
             return KeywordResult(hits=[], lexemes=lexemes, idf={})
-        dfs, n = rows[0][2] or {}, rows[0][3] or 0
+        dfs, n = rows[0][5] or {}, rows[0][6] or 0
         idf = {lexemes[int(i) - 1]: bm25_idf(n=n, df=df) for i, df in dfs.items()}
     else:
         dfs, n, avgdl = plan
@@ -315,5 +319,11 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     if not rows:
         return KeywordResult(hits=[], lexemes=lexemes, idf={})
     best = rows[0][1] or 1.0
-    hits = [KeywordHit(chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1]) for row in rows]
+    hits = [
+        KeywordHit(
+            chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1],
+            file_id=row[2], start_line=row[3], end_line=row[4],
+        )
+        for row in rows
+    ]
     return KeywordResult(hits=hits, lexemes=lexemes, idf=idf)

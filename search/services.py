@@ -19,6 +19,7 @@ from collections import OrderedDict
 from datetime import date, datetime, timezone as dt_timezone
 
 from django.conf import settings
+from django.db import connection
 
 from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
@@ -28,7 +29,7 @@ from search.fusion import Candidate, fuse, overlaps_deferred
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
-from search.vector import vector_candidates
+from search.vector import vector_hits as vector_half
 
 logger = logging.getLogger(__name__)
 
@@ -127,14 +128,26 @@ def recency_factor(path: str, *, today: date, boost: float, half_life_days: floa
 # --- The search ---------------------------------------------------------------------------------
 
 
+# These two run on every search: plain SQL, since building the ORM query costs as much as running it.
+
+
 def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
-    return Chunk.objects.filter(agent=agent, embedding_identity=identity.key).exclude(embedding=None).exists()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM indexing_chunk WHERE agent_id = %s AND embedding_identity = %s "
+            "AND embedding IS NOT NULL)",
+            [agent.pk, identity.key],
+        )
+        return cursor.fetchone()[0]
 
 
 def _pending_files(*, agent: Agent) -> int:
-    return MemoryFile.objects.filter(
-        agent=agent, state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING]
-    ).count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM indexing_memoryfile WHERE agent_id = %s AND state = ANY(%s)",
+            [agent.pk, [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]],
+        )
+        return cursor.fetchone()[0]
 
 
 def memory_search(
@@ -171,9 +184,9 @@ def memory_search(
             used_mode = "keyword"
 
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
-    vector_hits: list[tuple[int, float]] = []
+    vector_hits = []
     if embedding is not None:
-        vector_hits = vector_candidates(
+        vector_hits = vector_half(
             agent_id=agent.pk, query_embedding=embedding, identity=identity,
             dimensions=identity.dimensions, filters=filters, limit=pool,
         )
@@ -181,6 +194,8 @@ def memory_search(
         keyword = keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
     else:
         keyword = KeywordResult(hits=[], lexemes=query_lexemes(query), idf={})
+    # (file id, start line, end line) of every candidate, as both halves read them.
+    spans = {hit.chunk_id: (hit.file_id, hit.start_line, hit.end_line) for hit in [*vector_hits, *keyword.hits]}
 
     weights = {
         "hybrid": (settings.MEMORYHUB_SEARCH_VECTOR_WEIGHT, settings.MEMORYHUB_SEARCH_KEYWORD_WEIGHT),
@@ -188,11 +203,11 @@ def memory_search(
         "keyword": (0.0, 1.0),
     }[used_mode]
     candidates = fuse(
-        vector=vector_hits, keyword=keyword.hits, method=settings.MEMORYHUB_SEARCH_FUSION,
+        vector=[(hit.chunk_id, hit.distance) for hit in vector_hits], keyword=keyword.hits, method=settings.MEMORYHUB_SEARCH_FUSION,
         vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
     )
     results, best_below = _results(
-        candidates=candidates, keyword=keyword, max_results=max_results, min_score=min_score, explain=explain
+        candidates=candidates, spans=spans, keyword=keyword, max_results=max_results, min_score=min_score, explain=explain
     )
 
     pending = _pending_files(agent=agent)
@@ -234,28 +249,30 @@ def _embed_for_search(*, agent: Agent, identity: EmbeddingIdentity, query: str) 
 
 
 def _results(
-    *, candidates: list[Candidate], keyword: KeywordResult, max_results: int, min_score: float, explain: bool
+    *,
+    candidates: list[Candidate],
+    spans: dict[int, tuple[int, int, int]],
+    keyword: KeywordResult,
+    max_results: int,
+    min_score: float,
+    explain: bool,
 ) -> tuple[list[SearchResult], float | None]:
-    """Snippets for the best candidates; also the best score that min_score dropped (for the message)."""
+    """Snippets for the best candidates; also the best score that min_score dropped (for the message).
+
+    ``spans`` holds each candidate's (file id, start line, end line) as the halves read it. Snippets
+    show the file's current lines; a chunk's own text is fetched only when its file changed since it
+    was indexed (then the stored lines no longer match its line numbers)."""
     boost = settings.MEMORYHUB_SEARCH_RECENCY_BOOST
-    chunk_ids = [c.chunk_id for c in candidates]
-    chunks = {
-        row["id"]: row
-        for row in Chunk.objects.filter(pk__in=chunk_ids).values("id", "file_id", "start_line", "end_line", "text")
-    }
-    candidates = [c for c in candidates if c.chunk_id in chunks]  # deleted since the candidate queries
     if boost > 0 and candidates:
-        paths = dict(MemoryFile.objects.filter(pk__in={chunks[c.chunk_id]["file_id"] for c in candidates}).values_list("id", "path"))
+        paths = dict(MemoryFile.objects.filter(pk__in={spans[c.chunk_id][0] for c in candidates}).values_list("id", "path"))
         today = datetime.now(dt_timezone.utc).date()
         half_life = settings.MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS
         for c in candidates:
-            c.score *= recency_factor(paths.get(chunks[c.chunk_id]["file_id"], ""), today=today, boost=boost, half_life_days=half_life)
+            c.score *= recency_factor(paths.get(spans[c.chunk_id][0], ""), today=today, boost=boost, half_life_days=half_life)
         candidates.sort(key=lambda c: -c.score)
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
-    candidates = overlaps_deferred(
-        candidates, span=lambda c: (chunks[c.chunk_id]["file_id"], chunks[c.chunk_id]["start_line"], chunks[c.chunk_id]["end_line"])
-    )
+    candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
 
     files: dict[int, MemoryFile] = {}
     file_lines: dict[int, FileLines] = {}
@@ -267,24 +284,29 @@ def _results(
         if len(results) >= max_results:
             break
         group = candidates[offset : offset + batch]
-        wanted = {chunks[c.chunk_id]["file_id"] for c in group} - files.keys()
+        wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
         for memory_file in MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "content", "content_hash", "indexed_hash"):
             files[memory_file.pk] = memory_file
+        changed = [c.chunk_id for c in group if (f := files.get(spans[c.chunk_id][0])) and f.indexed_hash != f.content_hash]
+        texts = dict(Chunk.objects.filter(pk__in=changed).values_list("id", "text")) if changed else {}
         # Lines of every region of this group, then their lexemes in one query.
         regions = []
         for c in group:
-            chunk = chunks[c.chunk_id]
-            memory_file = files.get(chunk["file_id"])
-            if memory_file is None:
+            file_id, start_line, end_line = spans[c.chunk_id]
+            memory_file = files.get(file_id)
+            if memory_file is None:  # deleted since the candidate queries
                 regions.append(None)
                 continue
             if memory_file.indexed_hash == memory_file.content_hash:
                 lines = file_lines.get(memory_file.pk)
                 if lines is None:
                     lines = file_lines[memory_file.pk] = FileLines.of_file(content=memory_file.content, source=memory_file.source)
-            else:  # the stored file changed since this chunk was indexed: its own text is the truth
-                lines = FileLines.of_chunk(text=chunk["text"], start_line=chunk["start_line"], end_line=chunk["end_line"])
-            region = lines.region(chunk["start_line"], chunk["end_line"])
+            elif c.chunk_id in texts:  # the stored file changed since this chunk was indexed: its own text is the truth
+                lines = FileLines.of_chunk(text=texts[c.chunk_id], start_line=start_line, end_line=end_line)
+            else:  # the chunk was replaced since the candidate queries
+                regions.append(None)
+                continue
+            region = lines.region(start_line, end_line)
             regions.append(None if region is None else (lines, region))
         flat = [lines.lines[i] for item in regions if item for lines, (a, b) in [item] for i in range(a, b + 1)]
         lexemes = lines_lexemes(flat) if keyword.lexemes else [set() for _ in flat]
@@ -297,7 +319,7 @@ def _results(
             lines, (a, b) = item
             region_lexemes = lexemes[position : position + b - a + 1]
             position += b - a + 1
-            memory_file = files[chunks[c.chunk_id]["file_id"]]
+            memory_file = files[spans[c.chunk_id][0]]
             snippet = snippet_build(
                 file_lines=lines, region=(a, b), scores=line_scores(region_lexemes, keyword.idf, keyword.lexemes),
                 shown=shown.setdefault(memory_file.pk, set()), budget=budget, query_lexemes=keyword.lexemes,

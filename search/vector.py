@@ -21,6 +21,7 @@ partial index whose predicate it can prove from constants in the query.
 
 import logging
 import math
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -34,6 +35,16 @@ logger = logging.getLogger(__name__)
 EF_SEARCH_MAX = 1000
 
 _pgvector_versions: dict[str, tuple[int, ...]] = {}
+
+
+class VectorHit(NamedTuple):
+    chunk_id: int
+    distance: float
+    # Where the chunk sits, read from the rows the search visits anyway, so snippets need not fetch
+    # the chunks again (search/services.py).
+    file_id: int
+    start_line: int
+    end_line: int
 
 
 def pgvector_version() -> tuple[int, ...]:
@@ -57,7 +68,24 @@ def vector_candidates(
     filters: SearchFilters | None,
     limit: int,
 ) -> list[tuple[int, float]]:
-    """Up to `limit` (chunk id, cosine distance) of this agent, nearest first.
+    """Up to `limit` (chunk id, cosine distance) of this agent, nearest first (see vector_hits)."""
+    hits = vector_hits(
+        agent_id=agent_id, query_embedding=query_embedding, identity=identity, dimensions=dimensions, filters=filters,
+        limit=limit,
+    )
+    return [(hit.chunk_id, hit.distance) for hit in hits]
+
+
+def vector_hits(
+    *,
+    agent_id: int,
+    query_embedding: list[float],
+    identity,
+    dimensions: int,
+    filters: SearchFilters | None,
+    limit: int,
+) -> list[VectorHit]:
+    """Up to `limit` chunks of this agent, nearest first, with their cosine distance and place.
 
     `identity` is the EmbeddingIdentity (or its key) the query was embedded with: vectors of any other
     identity are never compared with it.
@@ -176,13 +204,14 @@ def _exact_search(*, agent_id: int, dims: int, identity_key: str, filters: Searc
     # Expected plan: index scan on chunk_agent_identity_idx (chunk_file_ordinal_idx with filters), CTE materialised,
     # then a top-N sort of the distances. No HNSW index can be used across the fence.
     sql = (
-        f"WITH agent_chunks AS MATERIALIZED (SELECT c.id, c.embedding FROM indexing_chunk c {join} WHERE {where}) "
-        f"SELECT id, embedding::vector({dims}) <=> %s::vector({dims}) AS distance "
+        "WITH agent_chunks AS MATERIALIZED "
+        f"(SELECT c.id, c.embedding, c.file_id, c.start_line, c.end_line FROM indexing_chunk c {join} WHERE {where}) "
+        f"SELECT id, embedding::vector({dims}) <=> %s::vector({dims}) AS distance, file_id, start_line, end_line "
         "FROM agent_chunks ORDER BY distance, id LIMIT %s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, query, int(limit)])
-        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+        return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]
 
 
 def _hnsw_search(
@@ -192,21 +221,23 @@ def _hnsw_search(
     distance = f"c.embedding::vector({dims}) <=> %s::vector({dims})"
     # Expected plan: Limit → Index Scan using chunk_hnsw_a<agent>_d<dims> (ordered by distance), with the
     # identity and file filters applied to the rows it yields (nested loop on the file's primary key).
-    inner = f"SELECT c.id, {distance} AS distance FROM indexing_chunk c {join} WHERE {where} ORDER BY {distance} LIMIT %s"
+    inner = (
+        f"SELECT c.id, {distance} AS distance, c.file_id, c.start_line, c.end_line "
+        f"FROM indexing_chunk c {join} WHERE {where} ORDER BY {distance} LIMIT %s"
+    )
     inner_params = [query, *params, query, int(limit)]
     iterative = _iterative_scans()
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(int(ef_search))])
         # The decision for the index is made already; stale statistics (an agent that grew since the
-        # last ANALYZE) must not turn it into a full sort of the agent's chunks.
-        cursor.execute("SELECT set_config('enable_sort', 'off', true)")
+        # last ANALYZE) must not turn it into a full sort of the agent's chunks (enable_sort off).
+        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)", [str(int(ef_search))])
         if iterative:
             cursor.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", [settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN])
             # relaxed_order may yield slightly out of order: sort the few rows again.
             cursor.execute(
-                f"WITH nearest AS MATERIALIZED ({inner}) SELECT id, distance FROM nearest ORDER BY distance, id",
+                f"WITH nearest AS MATERIALIZED ({inner}) SELECT * FROM nearest ORDER BY distance, id",
                 inner_params,
             )
         else:
             cursor.execute(inner, inner_params)
-        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+        return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]

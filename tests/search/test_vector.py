@@ -65,10 +65,11 @@ def search(agent, vector, *, filters=None, limit=10):
 
 
 def exact(agent, vector, *, filters=None, limit=10):
-    return _exact_search(
+    hits = _exact_search(
         agent_id=agent.id, dims=DIMS, identity_key=IDENTITY, filters=filters or SearchFilters(), query=_vector_literal(vector),
         limit=limit,
     )
+    return [(hit.chunk_id, hit.distance) for hit in hits]
 
 
 @pytest.fixture

@@ -409,7 +409,7 @@ class Command(BaseCommand):
                 agent_id=agent_id, dims=self.options["dims"], identity_key=self.identity_key,
                 filters=filters or self.no_filters(), query=_vector_literal(query), limit=10,
             )
-            found += len(approximate & {chunk_id for chunk_id, _ in exact})
+            found += len(approximate & {hit.chunk_id for hit in exact})
         return found / (10 * len(queries))
 
     def report_sizes(self) -> None:
