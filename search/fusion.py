@@ -17,6 +17,8 @@ used when there is room (its snippet then shows only lines not shown yet).
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from django.conf import settings
@@ -98,7 +100,7 @@ def fuse(
     )
 
 
-def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> list:
+def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:
     """The order in which hits get snippets. ``span(item) -> (file_id, start, end)``.
 
     1. Near-duplicates go last: a hit sharing more than half of its lines with a better hit of the same
@@ -113,19 +115,33 @@ def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None
     0.807 (0.5: 0.800, 0.9: 0.796).
     """
     factor = settings.MEMORYHUB_SEARCH_SECOND_SNIPPET if second_snippet is None else second_snippet
+    # Lazy: a search reads a dozen of its ~200 candidates, so each is classified only when reached.
+    # ``ranked`` is best first, so the hits and their second entries are two sorted streams to merge.
+    source = iter(ranked)
     kept, deferred = [], []
     taken: dict[int, list[tuple[int, int]]] = {}
-    for item in ranked:
-        file_id, start, end = span(item)
-        ranges = taken.setdefault(file_id, [])
-        if any(min(end, e) - max(start, s) + 1 > (end - start + 1) / 2 for s, e in ranges):
-            deferred.append(item)
-        else:
-            kept.append(item)
-            ranges.append((start, end))
-    if factor <= 0:
-        return kept + deferred
-    entries = [(item.score, 0, position, item) for position, item in enumerate(kept)]
-    entries += [(item.score * factor, 1, position, replace(item, score=item.score * factor)) for position, item in enumerate(kept)]
-    entries.sort(key=lambda entry: (-entry[0], entry[1], entry[2]))
-    return [entry[3] for entry in entries] + deferred
+
+    def kept_at(position: int):
+        while len(kept) <= position:
+            item = next(source, None)
+            if item is None:
+                return None
+            file_id, start, end = span(item)
+            ranges = taken.setdefault(file_id, [])
+            if any(min(end, e) - max(start, s) + 1 > (end - start + 1) / 2 for s, e in ranges):
+                deferred.append(item)
+            else:
+                kept.append(item)
+                ranges.append((start, end))
+        return kept[position]
+
+    def stream(second: int):
+        position = 0
+        while (item := kept_at(position)) is not None:
+            yield (-(item.score * factor if second else item.score), second, position, item)
+            position += 1
+
+    streams = [stream(0), stream(1)] if factor > 0 else [stream(0)]
+    for _, second, _, item in heapq.merge(*streams):
+        yield replace(item, score=item.score * factor) if second else item
+    yield from deferred  # complete: the kept stream ran to the end of ``ranked``

@@ -11,6 +11,7 @@ no vector support scores 0.5, so the default min_score of 0.1 never drops it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -280,10 +281,10 @@ def _results(
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
     batch = max_results  # the usual case needs no more; skipped hits pull in the next batch
-    for offset in range(0, len(candidates), batch):
-        if len(results) >= max_results:
+    while len(results) < max_results:
+        group = list(itertools.islice(candidates, batch))
+        if not group:
             break
-        group = candidates[offset : offset + batch]
         wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
         for memory_file in MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "content", "content_hash", "indexed_hash"):
             files[memory_file.pk] = memory_file

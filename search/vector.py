@@ -10,7 +10,7 @@ one of two plans:
   small fraction of a big agent, and for a big agent whose index is not built yet.
 - **HNSW** — the agent's own partial index (search/vector_index.py), which holds no other agent's
   rows, so filtering to the agent loses nothing. `hnsw.ef_search` is max(MEMORYHUB_VECTOR_EF_SEARCH,
-  2 × limit), set with set_config(..., is_local => true) inside a transaction so it never leaks to
+  limit), set with set_config(..., is_local => true) inside a transaction so it never leaks to
   other queries. With pgvector >= 0.8 iterative scans keep walking the graph until enough rows pass
   the filters; on older pgvector a filtered query gets a larger ef_search instead, and any HNSW answer
   shorter than `limit` is redone exactly.
@@ -126,7 +126,10 @@ def vector_plan(*, agent_id: int, dimensions: int, identity_key: str, filters: S
     index = agent_vector_index(agent_id=agent_id, dimensions=dimensions)
     if index is None:
         return VectorPlan("exact", reason="no HNSW index for this agent (small, or not built yet)")
-    ef_search = min(EF_SEARCH_MAX, max(settings.MEMORYHUB_VECTOR_EF_SEARCH, 2 * limit))
+    # ef_search = limit (not 2x): measured at 100k chunks for the 100 candidates memory_search asks
+    # for, recall@10 vs exact 1.000 either way and recall@100 0.976 vs 0.987, in 5.9 ms instead of 9.2 ms
+    # (README, "Search at scale").
+    ef_search = min(EF_SEARCH_MAX, max(settings.MEMORYHUB_VECTOR_EF_SEARCH, limit))
     if filters.is_empty:
         return VectorPlan("hnsw", ef_search, reason="unfiltered")
     # Which share of the agent passes the filters, estimated on its files (a few thousand small rows

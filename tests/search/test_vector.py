@@ -107,6 +107,18 @@ def test_hnsw_recall_at_10_matches_exact_search(big_agent):
     assert found / (10 * len(queries)) >= 0.98
 
 
+def test_hnsw_recall_of_a_full_candidate_pool(big_agent, settings):
+    """memory_search asks for MEMORYHUB_SEARCH_CANDIDATE_POOL candidates; ef_search is that many."""
+    pool = settings.MEMORYHUB_SEARCH_CANDIDATE_POOL
+    assert vector_plan(agent_id=big_agent.id, dimensions=DIMS, identity_key=IDENTITY, filters=SearchFilters(), limit=pool).ef_search == pool
+    rng = random.Random(8)
+    queries = [random_vector(rng) for _ in range(10)]
+    top10 = sum(len({i for i, _ in search(big_agent, q, limit=pool)[:10]} & {i for i, _ in exact(big_agent, q)}) for q in queries)
+    top_pool = sum(len({i for i, _ in search(big_agent, q, limit=pool)} & {i for i, _ in exact(big_agent, q, limit=pool)}) for q in queries)
+    assert top10 / (10 * len(queries)) >= 0.98
+    assert top_pool / (pool * len(queries)) >= 0.9
+
+
 def test_the_planner_walks_the_agents_own_index(big_agent):
     query = _vector_literal(random_vector(random.Random(3)))
     with connection.cursor() as cursor:
