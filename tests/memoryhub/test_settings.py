@@ -63,3 +63,19 @@ def test_good_settings_start():
     result = start_django()
     assert result.returncode == 0, result.stderr
     assert "started" in result.stdout
+
+
+def test_the_wsgi_module_loads_the_views_and_freezes_start_up_objects():
+    import gc
+    import importlib
+    import sys
+
+    sys.modules.pop("memoryhub.wsgi", None)
+    gc.unfreeze()
+    try:
+        wsgi = importlib.import_module("memoryhub.wsgi")
+        assert callable(wsgi.application)
+        assert "search.apis" in sys.modules  # the views were imported before the freeze
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()

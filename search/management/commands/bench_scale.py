@@ -17,6 +17,7 @@ the end unless ``--keep``.
     python manage.py bench_scale --chunks 20000 --agents 20 --big 8000 --min-chunks 2000   # seconds
 """
 
+import gc
 import hashlib
 import math
 import statistics
@@ -157,6 +158,7 @@ class Command(BaseCommand):
         order = sorted(range(1, len(sizes)), key=lambda i: sizes[i])
         picks = [("big", 0), ("middle", order[-1]), ("small", order[len(order) // 2])]
         self.searcher = self.end_to_end_searcher()
+        gc.freeze()  # as memoryhub/wsgi.py does after start-up: no full collection of start-up objects mid-search
         rows = []
         for label, position in picks:
             agent_id, size = agent_ids[position], sizes[position]
