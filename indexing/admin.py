@@ -40,7 +40,7 @@ class MemoryFileAdmin(ReadOnlyAdmin):
     show_full_result_count = False  # one COUNT(*) fewer on every page of a large table
     actions = ["reindex_selected"]
     fields = [
-        "agent", "path", "source", "status", "last_error", "size", "content_hash", "indexed_hash", "client_mtime",
+        "agent", "path", "source", "status", "last_error", "failures", "size", "content_hash", "indexed_hash", "client_mtime",
         "created_at", "updated_at", "indexed_at", "job", "chunk_summary", "content_view",
     ]
     readonly_fields = fields

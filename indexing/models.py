@@ -93,6 +93,9 @@ class MemoryFile(models.Model):
     # content_hash of the version whose chunks are in the index ("" before the first indexing).
     indexed_hash = models.CharField(max_length=64, blank=True)
     last_error = models.TextField(blank=True)
+    # Failed indexing attempts of this content in a row: the periodic retry waits longer after each and
+    # stops at MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS. New content, a success or a re-index resets it.
+    failures = models.PositiveIntegerField(default=0)
     job = models.ForeignKey(
         IndexJob, on_delete=models.SET_NULL, null=True, blank=True, related_name="files", db_index=False
     )

@@ -229,6 +229,7 @@ def file_ingest(
         memory_file.client_mtime = mtime if mtime is not None else memory_file.client_mtime
         memory_file.state = State.PENDING
         memory_file.last_error = ""
+        memory_file.failures = 0
         memory_file.job = job
         memory_file.save()
         _enqueue(job)
@@ -400,16 +401,17 @@ def workspace_sync(
             current.client_mtime = item.mtime if item.mtime is not None else current.client_mtime
             current.source = item.source
             current.state, current.last_error, current.job, current.updated_at = State.PENDING, "", job, now
+            current.failures = 0
             updates.append(current)
         if updates:
             MemoryFile.objects.bulk_update(
                 updates,
-                ["content", "content_hash", "size", "client_mtime", "source", "state", "last_error", "job", "updated_at"],
+                ["content", "content_hash", "size", "client_mtime", "source", "state", "last_error", "failures", "job", "updated_at"],
                 batch_size=200,
             )
         for item, current in to_resource:  # rare: same text declared under another source
             MemoryFile.objects.filter(pk=current.pk).update(
-                source=item.source, indexed_hash="", state=State.PENDING, last_error="", job=job, updated_at=now
+                source=item.source, indexed_hash="", state=State.PENDING, last_error="", failures=0, job=job, updated_at=now
             )
         outcome.changed = changed
         if changed:
@@ -447,6 +449,7 @@ def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bo
         update = {"state": State.PENDING, "job": job, "updated_at": timezone.now()}
         if force:
             update["indexed_hash"] = ""
+            update["failures"] = 0  # an operator's re-index tries again whatever the earlier failures
         MemoryFile.objects.filter(agent=agent, id__in=file_ids).update(**update)
         _enqueue(job)
     return job
@@ -658,7 +661,8 @@ def files_index(
             with transaction.atomic():
                 _files_lock(claimed)  # lock order, as everywhere
                 MemoryFile.objects.filter(pk__in=claimed, state=State.INDEXING).update(
-                    state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000], updated_at=timezone.now()
+                    state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000],
+                    failures=F("failures") + 1, updated_at=timezone.now(),
                 )
         raise
     result_list = [outcomes[f.pk] for f in files]
@@ -737,6 +741,7 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
             by_result.setdefault(outcomes[memory_file.pk].error[:2000], []).append(memory_file.pk)
         for error, ids in by_result.items():
             fields = {"state": State.FAILED if error else State.INDEXED, "last_error": error, "updated_at": now}
+            fields["failures"] = F("failures") + 1 if error else 0
             if not error:
                 fields["indexed_at"] = now
             MemoryFile.objects.filter(pk__in=ids).update(indexed_hash=F("content_hash"), **fields)
@@ -870,7 +875,7 @@ def index_job_fail(*, job_id: int, reason: str) -> None:
     # periodic task retries them; they are not silently stuck in "indexing".
     _files_update(
         MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]),
-        state=State.FAILED, last_error=reason[:2000], updated_at=timezone.now()
+        state=State.FAILED, last_error=reason[:2000], failures=F("failures") + 1, updated_at=timezone.now()
     )
 
 
@@ -902,7 +907,9 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
     - jobs queued or running for longer than MEMORYHUB_INDEX_STUCK_AFTER (lost message, dead worker):
       their files claimed by a dead worker go back to pending and the job is queued again;
     - pending or indexing files whose job is over (or gone) are queued under a new ``schedule`` job;
-    - failed files older than MEMORYHUB_INDEX_RETRY_FAILED_AFTER are tried again;
+    - failed files are tried again MEMORYHUB_INDEX_RETRY_FAILED_AFTER after their failure, twice that
+      after a second one, and so on, until MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS failures in a row (then
+      they stay failed, keyword-searchable with their old chunks, until new content or a re-index);
     - agents with chunks embedded under another identity get an ``agent_reembed``.
     """
     now = now or timezone.now()
@@ -933,7 +940,13 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
         .filter(Q(job__isnull=True) | ~Q(job_id__in=active_jobs))
         .values_list("agent_id", "id")
     )
-    retry_failed = MemoryFile.objects.filter(state=State.FAILED, updated_at__lt=failed_cutoff).values_list("agent_id", "id")
+    retry_failed = [
+        (agent_id, file_id)
+        for agent_id, file_id, failures, updated_at in MemoryFile.objects.filter(
+            state=State.FAILED, updated_at__lt=failed_cutoff, failures__lt=settings.MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS
+        ).values_list("agent_id", "id", "failures", "updated_at")
+        if updated_at < now - timedelta(seconds=settings.MEMORYHUB_INDEX_RETRY_FAILED_AFTER * 2 ** max(failures - 1, 0))
+    ]
     for rows, trigger_count in ((orphans, "requeued_files"), (retry_failed, "retried_failed")):
         by_agent: dict[int, list[int]] = {}
         for agent_id, file_id in rows:

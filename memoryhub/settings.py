@@ -197,6 +197,9 @@ if MEMORYHUB_INDEX_STUCK_AFTER <= CELERY_TASK_TIME_LIMIT:
     raise ImproperlyConfigured("MEMORYHUB_INDEX_STUCK_AFTER must exceed MEMORYHUB_TASK_TIME_LIMIT (a live job is not stuck)")
 # A file whose indexing failed is retried by the periodic task after this many seconds.
 MEMORYHUB_INDEX_RETRY_FAILED_AFTER = env_int("MEMORYHUB_INDEX_RETRY_FAILED_AFTER", 900, minimum=60)
+# ... and after twice that following a second failure, and so on; after this many failures in a row the
+# file stays failed until its content changes or an operator re-indexes it (each retry costs embedding calls).
+MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS = env_int("MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS", 8, minimum=1, maximum=1000)
 CELERY_BEAT_SCHEDULE = {
     "indexing-maintenance": {
         "task": "indexing.tasks.index_maintenance_task",

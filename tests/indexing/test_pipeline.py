@@ -268,6 +268,52 @@ def test_the_periodic_task_retries_failed_files(alice, fake_embeddings, indexed)
     assert IndexJob.objects.filter(agent=alice.agent, trigger="schedule", state="done").count() == 1
 
 
+def test_a_file_that_keeps_failing_is_retried_less_often_then_left_alone(alice, fake_embeddings, indexed, settings):
+    settings.MEMORYHUB_INDEX_RETRY_FAILED_AFTER = 600
+    settings.MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS = 3
+    fake_embeddings.fail_next(ProviderPermanentError("content rejected"), times=100)
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/a.md", content="The provider rejects this.")
+    memory_file.refresh_from_db()
+    assert (memory_file.state, memory_file.failures) == ("failed", 1)
+
+    def retry_after(seconds_since_failure: int) -> int:
+        MemoryFile.objects.filter(pk=memory_file.pk).update(updated_at=timezone.now() - timedelta(seconds=seconds_since_failure))
+        with indexed():
+            return index_maintenance().retried_failed
+
+    assert retry_after(500) == 0  # not yet: 600 s after the first failure
+    assert retry_after(700) == 1
+    memory_file.refresh_from_db()
+    assert memory_file.failures == 2
+    assert retry_after(700) == 0  # after a second failure: 1,200 s
+    assert retry_after(1300) == 1
+    memory_file.refresh_from_db()
+    assert memory_file.failures == 3
+    assert retry_after(10**6) == 0  # three failures in a row: left alone
+    assert memory_file.state == "failed" and keyword_hits(alice.agent, "provider") == 1
+
+    # New content starts the count again, and indexes once the provider accepts it.
+    fake_embeddings.reset_counts()  # the provider accepts again
+    with indexed():
+        file_ingest(agent=alice.agent, path="memory/a.md", content="The provider accepts this one.")
+    memory_file.refresh_from_db()
+    assert (memory_file.state, memory_file.failures) == ("indexed", 0)
+
+
+def test_an_operators_reindex_retries_a_file_that_was_given_up(alice, fake_embeddings, indexed, settings):
+    settings.MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS = 1
+    fake_embeddings.fail_next(ProviderPermanentError("content rejected"))
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/a.md", content="Try again by hand.")
+    MemoryFile.objects.filter(pk=memory_file.pk).update(updated_at=timezone.now() - timedelta(days=1))
+    with indexed():
+        assert index_maintenance().retried_failed == 0
+        file_reindex(agent=alice.agent, file_ids=[memory_file.pk])
+    memory_file.refresh_from_db()
+    assert (memory_file.state, memory_file.failures) == ("indexed", 0)
+
+
 def test_the_periodic_task_requeues_a_stuck_job(alice, fake_embeddings, indexed):
     memory_file, job = file_ingest(agent=alice.agent, path="memory/a.md", content="Lost message.")  # never enqueued
     old = timezone.now() - timedelta(hours=1)
