@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("dir", type=Path, help="the agent workspace (MEMORY.md, memory/, transcripts, notes)")
     group.add_argument("--prefix", default="", help="server folder to push into; only files under it are deleted")
     group.add_argument("--keep-deleted", action="store_true", help="do not delete server files that are gone locally")
+    group.add_argument(
+        "--exclude", action="append", default=[], metavar="PATTERN",
+        help="leave out files or folders matching PATTERN (repeatable; also read from DIR/.memoryhubignore): "
+        "'*.log' or 'drafts' at any depth, 'notes/private/*' from the workspace root, 'build/' folders only",
+    )
     group.add_argument("--webhook-secret", help="the agent's webhook secret, if it has one (default: $MEMORYHUB_WEBHOOK_SECRET)")
     group.add_argument("--max-file-bytes", type=_positive_int, default=DEFAULT_MAX_FILE_BYTES,
                        help="skip larger files (default: the server's default limit, 5 MB)")
@@ -122,6 +127,7 @@ def _push_options(args) -> PushOptions:
     return PushOptions(
         prefix=args.prefix, delete_missing=not args.keep_deleted, max_file_bytes=args.max_file_bytes,
         batch_files=args.batch_files, batch_bytes=args.batch_bytes, max_sync_files=args.max_sync_files,
+        exclude=tuple(args.exclude),
     )
 
 
@@ -196,7 +202,7 @@ def command_watch(args) -> int:
         print(f"watching {root} (debounce {args.debounce:g} s); Ctrl-C to stop", file=sys.stderr, flush=True)
 
     try:
-        workspace_watch(root=root, push=push, debounce=args.debounce, on_ready=ready)
+        workspace_watch(root=root, push=push, debounce=args.debounce, on_ready=ready, exclude=tuple(args.exclude))
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0

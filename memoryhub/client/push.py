@@ -20,7 +20,9 @@ from pathlib import Path
 
 from memoryhub.client.api import ApiClient
 from memoryhub.client.progress import Progress
-from memoryhub.client.workspace import DEFAULT_MAX_FILE_BYTES, LocalFile, UNREADABLE, UnreadableFile, read_text, workspace_scan
+from memoryhub.client.workspace import (
+    DEFAULT_MAX_FILE_BYTES, UNREADABLE, Excludes, LocalFile, UnreadableFile, read_text, workspace_scan,
+)
 
 DEFAULT_BATCH_FILES = 500
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # JSON body per upload request; the server accepts 64 MB by default
@@ -36,6 +38,7 @@ class PushOptions:
     batch_files: int = DEFAULT_BATCH_FILES
     batch_bytes: int = DEFAULT_BATCH_BYTES
     max_sync_files: int = DEFAULT_MAX_SYNC_FILES
+    exclude: tuple[str, ...] = ()  # --exclude patterns, added to the workspace's .memoryhubignore
 
 
 @dataclass
@@ -91,7 +94,10 @@ def workspace_push(*, client: ApiClient, root: Path, options: PushOptions, progr
     started = time.monotonic()
     progress = progress or Progress(enabled=False)
     scope = _scope(options.prefix)
-    scan = workspace_scan(root=root, prefix=scope, max_file_bytes=options.max_file_bytes, progress=progress)
+    excludes = Excludes.of_workspace(root, options.exclude)  # read on every push: the file may have changed
+    scan = workspace_scan(
+        root=root, prefix=scope, max_file_bytes=options.max_file_bytes, progress=progress, excludes=excludes
+    )
     result = PushResult(files=len(scan.files), skipped=list(scan.skipped))
     # An empty scan usually means a wrong directory, not "forget everything": never mirror it.
     delete_missing = options.delete_missing and bool(scan.files)

@@ -22,8 +22,9 @@ POLL_SECONDS = 0.05
 class ChangeCollector:
     """A watchdog event handler that only remembers when the last relevant change happened."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, excludes=None):
         self.root = os.path.abspath(root)
+        self.excludes = excludes  # workspace.Excludes: changes to excluded files trigger no push
         self.lock = threading.Lock()
         self.last_change: float | None = None
 
@@ -38,7 +39,7 @@ class ChangeCollector:
         for raw in filter(None, paths):
             raw = os.fsdecode(raw)
             relative = os.path.relpath(os.path.abspath(raw), self.root)
-            if not relative.startswith("..") and not is_ignored(relative):
+            if not relative.startswith("..") and not is_ignored(relative, self.excludes):
                 return True
         return False
 
@@ -63,6 +64,7 @@ def workspace_watch(
     debounce: float = 1.5,
     stop: threading.Event | None = None,
     on_ready: Callable[[], None] | None = None,
+    exclude: tuple[str, ...] = (),
 ) -> None:
     """Run ``push`` now and after every settled change, until ``stop`` is set or Ctrl-C.
 
@@ -72,7 +74,9 @@ def workspace_watch(
     from watchdog.observers import Observer  # optional dependency: the CLI checks it is installed
 
     stop = stop or threading.Event()
-    collector = ChangeCollector(root)
+    from memoryhub.client.workspace import Excludes
+
+    collector = ChangeCollector(root, Excludes.of_workspace(Path(root), exclude))
     observer = Observer()
     observer.schedule(collector, collector.root, recursive=True)
     observer.start()  # before the first push, so a change made while it runs is not missed

@@ -5,12 +5,15 @@ a whole sync: a path is sent only if the server would accept it, as the same nor
 file only if it is UTF-8 text without NUL bytes and under the per-file size limit. Everything else is
 skipped locally and counted with its reason. Hidden entries (``.git``, ``.env``, editor swap files)
 and vendor folders are not even walked: they are where secrets and thousands of irrelevant files live.
+The user's own exclusions (``--exclude`` and a ``.memoryhubignore`` file, see ``Excludes``) are
+treated the same way: excluded folders are not walked, excluded files are listed as "excluded".
 
 This module is standard library only: the client must not need Django to run.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import posixpath
@@ -55,6 +58,9 @@ TOO_LARGE = "too large"
 BAD_PATH = "bad path"
 UNREADABLE = "unreadable"
 DUPLICATE = "duplicate path"
+EXCLUDED = "excluded"
+
+IGNORE_FILE = ".memoryhubignore"  # in the workspace root: one --exclude pattern per line, # comments
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,52 @@ def is_ignored_directory(name: str) -> bool:
     return name.startswith(".") or name in VENDOR_DIRECTORIES
 
 
+@dataclass(frozen=True)
+class Excludes:
+    """The user's exclusions, in .gitignore's simple forms (no ``!`` negation, no nested files):
+
+    - ``drafts`` or ``*.log``: a file or folder of that name at any depth;
+    - ``notes/private/*.md`` or ``/scratch``: a path from the workspace root (it contains a ``/``);
+    - a trailing ``/`` (``build/``): folders only.
+
+    An excluded file counts as absent: a push that deletes missing files removes it from the server.
+    """
+
+    patterns: tuple[str, ...] = ()
+
+    @classmethod
+    def of_workspace(cls, root: Path, extra: tuple[str, ...] | list[str] = ()) -> Excludes:
+        """``extra`` (from --exclude) plus the patterns of the workspace's .memoryhubignore, if any."""
+        patterns = [p.strip() for p in extra if p.strip()]
+        try:
+            lines = (root / IGNORE_FILE).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = []
+        patterns += [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        return cls(tuple(patterns))
+
+    def match(self, relative: str, *, is_directory: bool) -> bool:
+        relative = relative.replace(os.sep, "/").strip("/")
+        name = relative.rsplit("/", 1)[-1]
+        for pattern in self.patterns:
+            if pattern.endswith("/") and not is_directory:
+                continue
+            anchored = "/" in pattern.rstrip("/")
+            body = pattern.strip("/")
+            if body and fnmatch.fnmatchcase(relative if anchored else name, body):
+                return True
+        return False
+
+    def covers(self, relative: str) -> bool:
+        """Whether a path, or any folder it is in, is excluded (for watch events: file or folder)."""
+        parts = relative.replace(os.sep, "/").strip("/").split("/")
+        folders = ("/".join(parts[:i]) for i in range(1, len(parts)))
+        leaf = "/".join(parts)
+        return any(self.match(folder, is_directory=True) for folder in folders) or (
+            self.match(leaf, is_directory=False) or self.match(leaf, is_directory=True)
+        )
+
+
 def _extension(name: str) -> str:
     stem, dot, extension = name.rpartition(".")
     return extension.lower() if dot and stem else ""
@@ -113,12 +165,12 @@ def is_indexed_path(relative: str) -> bool:
     return _extension(posixpath.basename(relative)) in ACCEPTED_EXTENSIONS
 
 
-def is_ignored(relative: str) -> bool:
-    """Whether a local relative path is, or is inside, something hidden or a vendor folder (``watch``).
-
-    The last part counts too: a watch event may name the folder itself (``node_modules`` created).
-    """
-    return any(is_ignored_directory(part) for part in relative.replace(os.sep, "/").split("/"))
+def is_ignored(relative: str, excludes: Excludes | None = None) -> bool:
+    """Whether a local relative path is, or is inside, something hidden, a vendor folder or excluded
+    (``watch``). The last part counts too: a watch event may name the folder itself (``node_modules``)."""
+    if any(is_ignored_directory(part) for part in relative.replace(os.sep, "/").split("/")):
+        return True
+    return excludes is not None and excludes.covers(relative)
 
 
 def read_text(absolute: Path, *, max_bytes: int) -> tuple[str, bytes]:
@@ -139,17 +191,26 @@ def read_text(absolute: Path, *, max_bytes: int) -> tuple[str, bytes]:
         raise UnreadableFile(NOT_UTF8) from None
 
 
-def _candidates(root: Path, scan: Scan) -> Iterator[tuple[str, Path]]:
-    """(local relative path, absolute path) of every non-hidden file with an indexed extension."""
+def _candidates(root: Path, scan: Scan, excludes: Excludes) -> Iterator[tuple[str, Path]]:
+    """(local relative path, absolute path) of every non-hidden, non-excluded file with an indexed extension."""
     for directory, subdirectories, names in os.walk(root, followlinks=False):
-        kept = sorted(d for d in subdirectories if not is_ignored_directory(d))
+        relative_directory = os.path.relpath(directory, root)
+
+        def inside(name: str) -> str:
+            return name if relative_directory == "." else os.path.join(relative_directory, name)
+
+        kept = sorted(
+            d for d in subdirectories if not is_ignored_directory(d) and not excludes.match(inside(d), is_directory=True)
+        )
         scan.pruned_directories += len(subdirectories) - len(kept)
         subdirectories[:] = kept  # os.walk descends only into what is left here
-        relative_directory = os.path.relpath(directory, root)
         for name in sorted(names):
             if name.startswith("."):
                 continue  # hidden files (.env, swap files) are never sent and not worth reporting
-            relative = name if relative_directory == "." else os.path.join(relative_directory, name)
+            relative = inside(name)
+            if excludes.match(relative, is_directory=False):
+                scan.skipped.append((relative, EXCLUDED))
+                continue
             if not is_indexed_path(name):
                 scan.skipped.append((relative, UNSUPPORTED))
                 continue
@@ -162,10 +223,11 @@ def workspace_scan(
     prefix: str = "",
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     progress: Progress | None = None,
+    excludes: Excludes | None = None,
 ) -> Scan:
     """Walk ``root`` and hash every file a push would send."""
     scan = Scan()
-    candidates = list(_candidates(root, scan))
+    candidates = list(_candidates(root, scan, excludes or Excludes()))
     progress = progress or Progress(enabled=False)
     progress.start(label="hashing", total=len(candidates))
     for relative, absolute in candidates:

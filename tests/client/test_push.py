@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from agents.services import agent_create, agent_token_create
 from indexing import paths as server_paths
 from indexing.embeddings import FakeProvider
@@ -110,6 +112,51 @@ def test_it_skips_hidden_vendor_binary_oversized_and_unsupported_files(hub, tmp_
                  "data/huge.md  (too large)"):
         assert line in outcome.err
     assert ".env" not in outcome.err and "node_modules" not in outcome.err  # never walked, never listed
+
+
+def test_excluded_files_are_not_pushed_and_leave_the_server_when_newly_excluded(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+    write(root, "drafts/idea.md", "not ready\n")
+    write(root, "notes/private/diary.md", "dear diary\n")
+    write(root, "notes/run.log.txt", "noise\n")
+    assert hub("push", root).code == 0
+    assert {"drafts/idea.md", "notes/private/diary.md", "notes/run.log.txt"} <= set(server_files(hub.member.agent))
+
+    write(root, ".memoryhubignore", "# not for the agent\ndrafts/\nnotes/private/*\n")
+    outcome = hub("push", root, "--exclude", "*.log.txt", "-v")
+
+    assert outcome.code == 0, outcome.err
+    assert set(server_files(hub.member.agent)) == {"MEMORY.md", "memory/2026-03-01.md", "sessions/chat.jsonl", "notes/todo.txt"}
+    assert "3 deleted" in outcome.out
+    assert "notes/run.log.txt  (excluded)" in outcome.err and "notes/private/diary.md  (excluded)" in outcome.err
+    assert ".memoryhubignore" not in outcome.err  # hidden: never sent, never listed
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "is_directory", "excluded"),
+    [
+        ("*.log", "a/b/run.log", False, True),  # no slash: a name at any depth
+        ("drafts", "notes/drafts", True, True),
+        ("drafts", "notes/drafts", False, True),
+        ("drafts/", "notes/drafts", False, False),  # trailing slash: folders only
+        ("drafts/", "notes/drafts", True, True),
+        ("notes/private/*", "notes/private/a.md", False, True),  # a slash: from the workspace root
+        ("notes/private/*", "old/notes/private/a.md", False, False),
+        ("/scratch", "scratch", True, True),
+        ("/scratch", "x/scratch", True, False),
+        ("MEMORY.md", "memory/MEMORY.md.bak", False, False),
+    ],
+)
+def test_exclude_patterns_follow_the_simple_gitignore_forms(pattern, path, is_directory, excluded):
+    assert workspace.Excludes((pattern,)).match(path, is_directory=is_directory) is excluded
+
+
+def test_watch_ignores_changes_inside_excluded_folders():
+    excludes = workspace.Excludes(("drafts/", "*.tmp.md"))
+    assert workspace.is_ignored("drafts/idea.md", excludes)
+    assert workspace.is_ignored("drafts", excludes)
+    assert workspace.is_ignored("notes/a.tmp.md", excludes)
+    assert not workspace.is_ignored("notes/a.md", excludes)
 
 
 def test_the_client_accepts_exactly_the_extensions_the_server_indexes():
