@@ -95,7 +95,7 @@ class MemoryFile(models.Model):
     last_error = models.TextField(blank=True)
     # Failed indexing attempts of this content in a row: the periodic retry waits longer after each and
     # stops at MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS. New content, a success or a re-index resets it.
-    failures = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0, db_default=0)
     job = models.ForeignKey(
         IndexJob, on_delete=models.SET_NULL, null=True, blank=True, related_name="files", db_index=False
     )

@@ -1,4 +1,5 @@
-# Failed indexing attempts in a row, for the capped, backed-off retry of failed files.
+# Failed indexing attempts in a row, for the capped, backed-off retry of failed files (a database default,
+# so rows written with COPY or raw SQL get 0 too).
 
 from django.db import migrations, models
 
@@ -13,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='memoryfile',
             name='failures',
-            field=models.PositiveIntegerField(default=0),
+            field=models.PositiveIntegerField(db_default=0, default=0),
         ),
     ]
