@@ -552,12 +552,20 @@ def file_index(*, file_id: int, provider=_DEFAULT, job_id: int | None = None) ->
 
 
 def _claim(*, file_ids: list[int], job_id: int | None) -> list[int]:
-    """pending/failed → indexing, for the rows nobody else holds. Returns the ids claimed."""
+    """pending/failed → indexing. Returns the ids claimed.
+
+    A job's claim waits for rows another transaction holds (in id order, the lock order): that is an
+    upload committing (after it, the row belongs to the newer job and the re-checked filter drops it)
+    or a worker finishing the previous version (after it, the row is this job's to index). Skipping
+    them instead left the file pending, under a job that had already run, until the stuck-work sweep
+    (seen in 2 of 25 rounds of 6 racing uploads). Without a job, rows held elsewhere are skipped."""
     with transaction.atomic():
         rows = MemoryFile.objects.filter(pk__in=file_ids, state__in=[State.PENDING, State.FAILED])
         if job_id is not None:
-            rows = rows.filter(job_id=job_id)
-        claimed = list(rows.select_for_update(skip_locked=True).values_list("id", flat=True))
+            rows = rows.filter(job_id=job_id).order_by("id").select_for_update()
+        else:
+            rows = rows.select_for_update(skip_locked=True)
+        claimed = list(rows.values_list("id", flat=True))
         if claimed:
             MemoryFile.objects.filter(pk__in=claimed, state__in=[State.PENDING, State.FAILED]).update(
                 state=State.INDEXING, updated_at=timezone.now()

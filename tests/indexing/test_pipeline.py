@@ -428,38 +428,41 @@ def test_the_periodic_task_requeues_a_pending_file_whose_job_is_over(alice, fake
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_uploads_to_one_path_leave_exactly_one_version(alice, fake_embeddings):
-    """Real threads, real transactions: whichever upload commits last is what the index holds."""
+    """Real threads, real transactions: whichever upload commits last is what the index holds, and it is
+    indexed by its own job at once (not left pending for the stuck-work sweep). Ten rounds of six racing
+    uploads: a job that skipped a row held by another transaction left it pending in ~1 round of 12."""
     import threading
 
     from django.db import connection
 
-    versions = [f"## Version {n}\n\n" + "\n\n".join(f"Paragraph {p} of version {n}." for p in range(20)) for n in range(4)]
-    barrier = threading.Barrier(len(versions))
-    errors = []
+    for round_ in range(10):
+        versions = [
+            f"## Round {round_}, version {n}\n\n" + "\n\n".join(f"Paragraph {p} of version {n}." for p in range(20))
+            for n in range(6)
+        ]
+        barrier = threading.Barrier(len(versions))
+        errors = []
 
-    def upload(text):
-        try:
-            barrier.wait()
-            file_ingest(agent=alice.agent, path="memory/contested.md", content=text)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+        def upload(text):
+            try:
+                barrier.wait()
+                file_ingest(agent=alice.agent, path="memory/contested.md", content=text)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                connection.close()
 
-    threads = [threading.Thread(target=upload, args=(v,)) for v in versions]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
-    memory_file = MemoryFile.objects.get(agent=alice.agent, path="memory/contested.md")
-    # Every job has run (eagerly, on commit, in its own thread); run any leftover once more.
-    for job_id in IndexJob.objects.filter(agent=alice.agent).values_list("id", flat=True):
-        index_job_task.apply(args=[job_id])
-    memory_file.refresh_from_db()
-    assert memory_file.state == "indexed"
-    texts = "\n\n".join(Chunk.objects.filter(file=memory_file).order_by("ordinal").values_list("text", flat=True))
-    assert texts == memory_file.content
+        threads = [threading.Thread(target=upload, args=(v,)) for v in versions]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        memory_file = MemoryFile.objects.get(agent=alice.agent, path="memory/contested.md")
+        assert memory_file.state == "indexed", f"round {round_}"  # every job ran eagerly, on commit
+        texts = "\n\n".join(Chunk.objects.filter(file=memory_file).order_by("ordinal").values_list("text", flat=True))
+        assert texts == memory_file.content
+        assert not IndexJob.objects.filter(agent=alice.agent, state__in=["queued", "running"]).exists()
 
 
 def test_batches_are_bounded_by_files_and_by_bytes(monkeypatch):
