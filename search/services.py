@@ -30,7 +30,7 @@ from search.fusion import Candidate, fuse, overlaps_deferred
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
-from search.vector import vector_hits as vector_half
+from search.vector import vector_candidates
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def memory_search(
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
     vector_hits = []
     if embedding is not None:
-        vector_hits = vector_half(
+        vector_hits = vector_candidates(
             agent_id=agent.pk, query_embedding=embedding, identity=identity,
             dimensions=identity.dimensions, filters=filters, limit=pool,
         )

@@ -67,23 +67,6 @@ def vector_candidates(
     dimensions: int,
     filters: SearchFilters | None,
     limit: int,
-) -> list[tuple[int, float]]:
-    """Up to `limit` (chunk id, cosine distance) of this agent, nearest first (see vector_hits)."""
-    hits = vector_hits(
-        agent_id=agent_id, query_embedding=query_embedding, identity=identity, dimensions=dimensions, filters=filters,
-        limit=limit,
-    )
-    return [(hit.chunk_id, hit.distance) for hit in hits]
-
-
-def vector_hits(
-    *,
-    agent_id: int,
-    query_embedding: list[float],
-    identity,
-    dimensions: int,
-    filters: SearchFilters | None,
-    limit: int,
 ) -> list[VectorHit]:
     """Up to `limit` chunks of this agent, nearest first, with their cosine distance and place.
 

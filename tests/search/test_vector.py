@@ -58,10 +58,11 @@ def add_chunks(agent, vectors, *, path_prefix="memory/notes", identity=IDENTITY,
 
 
 def search(agent, vector, *, filters=None, limit=10):
-    return vector_candidates(
+    hits = vector_candidates(
         agent_id=agent.id, query_embedding=vector, identity=IDENTITY, dimensions=DIMS, filters=filters or SearchFilters(),
         limit=limit,
     )
+    return [(hit.chunk_id, hit.distance) for hit in hits]
 
 
 def exact(agent, vector, *, filters=None, limit=10):

@@ -411,7 +411,7 @@ class Command(BaseCommand):
 
         found = 0
         for query in queries:
-            approximate = {chunk_id for chunk_id, _ in self.vector_half(agent_id, query, filters)}
+            approximate = {hit.chunk_id for hit in self.vector_half(agent_id, query, filters)}
             exact = _exact_search(
                 agent_id=agent_id, dims=self.options["dims"], identity_key=self.identity_key,
                 filters=filters or self.no_filters(), query=_vector_literal(query), limit=10,
