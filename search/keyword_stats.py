@@ -27,8 +27,10 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
+
+from search.ddl import advisory_lock, concurrently_clause
 
 logger = logging.getLogger(__name__)
 
@@ -89,61 +91,54 @@ def keyword_stats_sync(*, min_chunks: int | None = None) -> KeywordStatsOutcome:
 
     Safe to run twice at once: the second run returns with ``skipped`` set.
     """
-    from search.vector_index import concurrently_clause
-
     concurrently = concurrently_clause()
     min_chunks = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS if min_chunks is None else min_chunks
     drift = settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT
     outcome = KeywordStatsOutcome()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
-        if not cursor.fetchone()[0]:
+    with advisory_lock(ADVISORY_LOCK_KEY) as acquired, connection.cursor() as cursor:
+        if not acquired:
             outcome.skipped = "another run is refreshing keyword stats"
             return outcome
-        try:
+        cursor.execute(
+            "SELECT agent_id, count(*) FROM indexing_chunk GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
+        )
+        sizes = dict(cursor.fetchall())
+        cursor.execute("SELECT agent_id, chunks FROM search_keywordagentstats")
+        existing = dict(cursor.fetchall())
+        for agent_id in sorted(set(existing) - set(sizes)):
+            with transaction.atomic():
+                cursor.execute("DELETE FROM search_keywordtermstats WHERE agent_id = %s", [agent_id])
+                cursor.execute("DELETE FROM search_keywordagentstats WHERE agent_id = %s", [agent_id])
+            outcome.dropped.append(agent_id)
+        for agent_id, count in sorted(sizes.items()):
+            known = existing.get(agent_id)
+            if known is not None and abs(count - known) <= drift * max(known, 1):
+                outcome.kept.append(agent_id)
+                continue
+            started = time.monotonic()
+            keyword_stats_refresh(agent_id=agent_id)
+            outcome.seconds[agent_id] = time.monotonic() - started
+            outcome.refreshed.append(agent_id)
+            logger.info("keyword stats of agent %d (%d chunks) in %.1f s", agent_id, count, outcome.seconds[agent_id])
+        # Per-agent GIN indexes for the same agents (see the module docstring).
+        kept_indexes = set()
+        for name, valid in keyword_indexes().items():
+            if valid and int(GIN_INDEX_NAME_PATTERN.match(name)[1]) in sizes:
+                kept_indexes.add(name)
+            else:
+                cursor.execute(f'DROP INDEX{concurrently} IF EXISTS "{name}"')
+                outcome.indexes_dropped.append(name)
+        for agent_id in sorted(sizes):
+            name = agent_keyword_index_name(agent_id)
+            if name in kept_indexes:
+                continue
+            started = time.monotonic()
+            # Serves search/keyword.py: search_vector @@ query AND agent_id = X, for this agent only.
             cursor.execute(
-                "SELECT agent_id, count(*) FROM indexing_chunk GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
+                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
+                f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
             )
-            sizes = dict(cursor.fetchall())
-            cursor.execute("SELECT agent_id, chunks FROM search_keywordagentstats")
-            existing = dict(cursor.fetchall())
-            for agent_id in sorted(set(existing) - set(sizes)):
-                with transaction.atomic():
-                    cursor.execute("DELETE FROM search_keywordtermstats WHERE agent_id = %s", [agent_id])
-                    cursor.execute("DELETE FROM search_keywordagentstats WHERE agent_id = %s", [agent_id])
-                outcome.dropped.append(agent_id)
-            for agent_id, count in sorted(sizes.items()):
-                known = existing.get(agent_id)
-                if known is not None and abs(count - known) <= drift * max(known, 1):
-                    outcome.kept.append(agent_id)
-                    continue
-                started = time.monotonic()
-                keyword_stats_refresh(agent_id=agent_id)
-                outcome.seconds[agent_id] = time.monotonic() - started
-                outcome.refreshed.append(agent_id)
-                logger.info("keyword stats of agent %d (%d chunks) in %.1f s", agent_id, count, outcome.seconds[agent_id])
-            # Per-agent GIN indexes for the same agents (see the module docstring).
-            for name, valid in keyword_indexes().items():
-                if not valid or int(GIN_INDEX_NAME_PATTERN.match(name)[1]) not in sizes:
-                    cursor.execute(f'DROP INDEX{concurrently} IF EXISTS "{name}"')
-                    outcome.indexes_dropped.append(name)
-            existing_indexes = set(keyword_indexes())
-            for agent_id in sorted(sizes):
-                name = agent_keyword_index_name(agent_id)
-                if name in existing_indexes:
-                    continue
-                started = time.monotonic()
-                # Serves search/keyword.py: search_vector @@ query AND agent_id = X, for this agent only.
-                cursor.execute(
-                    f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
-                    f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
-                )
-                outcome.index_seconds[name] = time.monotonic() - started
-                outcome.indexes_created.append(name)
-                logger.info("built %s (%d chunks) in %.1f s", name, sizes[agent_id], outcome.index_seconds[name])
-        finally:
-            try:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
-            except DatabaseError:  # the transaction is aborted; the error that aborted it is on its way up
-                pass
+            outcome.index_seconds[name] = time.monotonic() - started
+            outcome.indexes_created.append(name)
+            logger.info("built %s (%d chunks) in %.1f s", name, sizes[agent_id], outcome.index_seconds[name])
     return outcome

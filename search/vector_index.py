@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import connection
 
 from indexing.embedding_identity import configured_identity
+from search.ddl import advisory_lock, concurrently_clause
 
 logger = logging.getLogger(__name__)
 
@@ -29,18 +30,6 @@ HNSW_MAX_DIMENSIONS = 2000
 INDEX_NAME_PATTERN = re.compile(r"^chunk_hnsw_a(\d+)_d(\d+)$")
 # Held while indexes are built or dropped, so two runs of the task never race on one index.
 ADVISORY_LOCK_KEY = 0x6D68_7665  # "mhve"
-
-
-def concurrently_clause() -> str:
-    """" CONCURRENTLY" for CREATE/DROP INDEX, or "" inside a transaction block (tests wrap everything
-    in one), where CONCURRENTLY cannot run; there, pending deferred foreign-key checks are run first,
-    since an index cannot be built while they are pending."""
-    if not connection.in_atomic_block:
-        return " CONCURRENTLY"
-    with connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
-    return ""
 
 
 def agent_vector_index_name(*, agent_id: int, dimensions: int) -> str:
@@ -118,51 +107,44 @@ def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
     outcome = VectorIndexOutcome()
     identity = configured_identity()
     concurrently = concurrently_clause()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
-        if not cursor.fetchone()[0]:
+    with advisory_lock(ADVISORY_LOCK_KEY) as acquired, connection.cursor() as cursor:
+        if not acquired:
             outcome.skipped = "another run is building vector indexes"
             return outcome
-        try:
-            sizes: dict[int, int] = {}
-            dims = identity.dimensions if identity.has_vectors else None
-            if dims and dims <= HNSW_MAX_DIMENSIONS:
-                # One pass over chunk_agent_identity_idx; runs every few minutes, not per search.
-                cursor.execute(
-                    "SELECT agent_id, count(*) FROM indexing_chunk WHERE embedding_identity = %s "
-                    "AND embedding IS NOT NULL GROUP BY agent_id HAVING count(*) >= %s",
-                    [identity.key, max(1, min_chunks // 2)],
-                )
-                sizes = dict(cursor.fetchall())
-            elif dims:
-                outcome.skipped = f"{dims} dimensions: above pgvector's HNSW limit of {HNSW_MAX_DIMENSIONS}, search is exact"
-            existing = {index.name: index for index in vector_indexes_list()}
-            for index in existing.values():
-                keep = index.valid and index.dimensions == dims and index.agent_id in sizes
-                if keep:
-                    outcome.kept.append(index.name)
-                    continue
-                cursor.execute(f'DROP INDEX{concurrently} IF EXISTS "{index.name}"')
-                outcome.dropped.append(index.name)
-            for agent_id, count in sorted(sizes.items()):
-                name = agent_vector_index_name(agent_id=agent_id, dimensions=dims)
-                if count < min_chunks or name in outcome.kept:
-                    continue
-                started = time.monotonic()
-                # Serves search/vector.py's HNSW plan: ORDER BY embedding::vector(D) <=> q for this agent.
-                cursor.execute(
-                    f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
-                    f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
-                    f"WITH (m = {int(settings.MEMORYHUB_VECTOR_HNSW_M)}, "
-                    f"ef_construction = {int(settings.MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION)}) "
-                    f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dims)}"
-                )
-                outcome.seconds[name] = time.monotonic() - started
-                outcome.created.append(name)
-                logger.info("built %s (%d chunks) in %.1f s", name, count, outcome.seconds[name])
-        finally:
-            try:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
-            except DatabaseError:  # the transaction is aborted; the error that aborted it is on its way up
-                pass
+        sizes: dict[int, int] = {}
+        dims = identity.dimensions if identity.has_vectors else None
+        if dims and dims <= HNSW_MAX_DIMENSIONS:
+            # One pass over chunk_agent_identity_idx; runs every few minutes, not per search.
+            cursor.execute(
+                "SELECT agent_id, count(*) FROM indexing_chunk WHERE embedding_identity = %s "
+                "AND embedding IS NOT NULL GROUP BY agent_id HAVING count(*) >= %s",
+                [identity.key, max(1, min_chunks // 2)],
+            )
+            sizes = dict(cursor.fetchall())
+        elif dims:
+            outcome.skipped = f"{dims} dimensions: above pgvector's HNSW limit of {HNSW_MAX_DIMENSIONS}, search is exact"
+        existing = {index.name: index for index in vector_indexes_list()}
+        for index in existing.values():
+            keep = index.valid and index.dimensions == dims and index.agent_id in sizes
+            if keep:
+                outcome.kept.append(index.name)
+                continue
+            cursor.execute(f'DROP INDEX{concurrently} IF EXISTS "{index.name}"')
+            outcome.dropped.append(index.name)
+        for agent_id, count in sorted(sizes.items()):
+            name = agent_vector_index_name(agent_id=agent_id, dimensions=dims)
+            if count < min_chunks or name in outcome.kept:
+                continue
+            started = time.monotonic()
+            # Serves search/vector.py's HNSW plan: ORDER BY embedding::vector(D) <=> q for this agent.
+            cursor.execute(
+                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
+                f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
+                f"WITH (m = {int(settings.MEMORYHUB_VECTOR_HNSW_M)}, "
+                f"ef_construction = {int(settings.MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION)}) "
+                f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dims)}"
+            )
+            outcome.seconds[name] = time.monotonic() - started
+            outcome.created.append(name)
+            logger.info("built %s (%d chunks) in %.1f s", name, count, outcome.seconds[name])
     return outcome

@@ -130,3 +130,26 @@ def test_the_command_counts_now(alice, index_files):
     call_command("keyword_stats", "--min-chunks", "3", stdout=out)
     assert "1 counted, 0 dropped, 0 kept" in out.getvalue()
     assert KeywordAgentStats.objects.filter(agent=alice.agent).exists()
+
+
+def test_a_run_that_finds_the_task_lock_taken_does_nothing(alice, index_files, settings):
+    """Both background syncs take their advisory lock (search/ddl.py); a second run, in another session,
+    returns at once with the reason, and a run after the first one has finished does the work."""
+    from django.db import connections
+
+    from search import keyword_stats, vector_index
+    from search.vector_index import vector_indexes_sync
+
+    index_files(alice, FILES)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    other = connections.create_connection("default")  # another session, as another worker process would be
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s), pg_advisory_lock(%s)", [keyword_stats.ADVISORY_LOCK_KEY, vector_index.ADVISORY_LOCK_KEY])
+        skipped = keyword_stats_sync()
+        assert skipped.skipped == "another run is refreshing keyword stats" and skipped.refreshed == []
+        assert vector_indexes_sync().skipped == "another run is building vector indexes"
+        assert not KeywordAgentStats.objects.exists()
+    finally:
+        other.close()  # ends the session, and its locks with it
+    assert keyword_stats_sync().refreshed == [alice.agent.pk]
