@@ -78,3 +78,31 @@ Redis stays a cache only; nothing durable lives there.
 @pytest.fixture
 def notes():
     return NOTES
+
+
+def gin_only_plan(search) -> str:
+    """EXPLAIN of the last query ``search()`` sends, with sequential scans off and every index of the chunk
+    table dropped but its primary key and GIN indexes (inside the test's transaction, which is rolled
+    back): which GIN index, if any, the planner can use for it. On a tiny test table any plan is cheap,
+    so only this shows what the query's shape allows."""
+    from django.db import connection
+
+    captured = []
+
+    def capture(execute, sql, params, many, context):
+        captured.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        search()
+    sql, params = captured[-1]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'indexing_chunk' "
+            "AND indexname NOT IN ('indexing_chunk_pkey', 'chunk_search_vector_gin') AND indexname NOT LIKE 'chunk\\_gin\\_a%%'"
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP INDEX "{name}"')
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())

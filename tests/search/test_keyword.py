@@ -5,6 +5,7 @@ import pytest
 
 from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes, searched_terms
 from search.types import SearchFilters
+from tests.search.conftest import gin_only_plan
 
 NO_FILTERS = SearchFilters()
 
@@ -134,23 +135,6 @@ def test_searched_terms_take_the_rarest_words_within_the_budget(dfs, budget, exp
 def test_a_small_agent_is_read_through_its_own_rows_never_the_all_agent_gin_index(alice, index_files):
     """The all-agent GIN index holds every agent's chunks; for a common word its bitmap cost 50-100 ms at
     1M chunks (README, "Search at scale"), so the exact path reads the agent's rows instead."""
-    from django.db import connection
-
     index_files(alice, {"memory/a.md": "Caroline paints.", "notes/b.md": "Caroline runs."})
-    captured = []
-    with connection.execute_wrapper(lambda execute, sql, params, many, context: captured.append((sql, params)) or execute(sql, params, many, context)):
-        hits(alice, "Caroline")
-    sql, params = captured[-1]
-    with connection.cursor() as cursor:
-        # Make the GIN index as attractive as it can be: no sequential scans, no other index on agent_id
-        # (dropped inside the test's transaction, which is rolled back).
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'indexing_chunk' "
-            "AND indexname NOT IN ('indexing_chunk_pkey', 'chunk_search_vector_gin')"
-        )
-        for (name,) in cursor.fetchall():
-            cursor.execute(f'DROP INDEX "{name}"')
-        cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = gin_only_plan(lambda: hits(alice, "Caroline"))
     assert "chunk_search_vector_gin" not in plan, plan

@@ -9,6 +9,7 @@ from search.keyword import keyword_candidates, query_lexemes
 from search.keyword_stats import keyword_stats_sync
 from search.models import KeywordAgentStats, KeywordTermStats
 from search.types import SearchFilters
+from tests.search.conftest import gin_only_plan
 
 FILES = {f"memory/filler-{i}.md": f"We talked about the weather again, day {i}." for i in range(8)}
 FILES["memory/rare.md"] = "Melanie talked about the weather and pottery."
@@ -85,8 +86,6 @@ def test_the_periodic_task_refreshes_keyword_stats(alice, index_files, settings)
 
 
 def test_large_agents_get_their_own_gin_index_and_searches_use_it(alice, bob, index_files, settings):
-    from django.db import connection
-
     from search.keyword_stats import keyword_indexes
 
     index_files(alice, FILES)
@@ -97,22 +96,7 @@ def test_large_agents_get_their_own_gin_index_and_searches_use_it(alice, bob, in
     assert keyword_indexes() == {f"chunk_gin_a{alice.agent.pk}": True}
 
     # The agent id reaches Postgres as a literal, so the planner can match the partial index's predicate.
-    captured = []
-    with connection.execute_wrapper(lambda execute, sql, params, many, context: captured.append((sql, params)) or execute(sql, params, many, context)):
-        ranked(alice, "Melanie weather")
-    sql, params = captured[-1]
-    with connection.cursor() as cursor:
-        # On a 10-row table any plan is cheap; leave the planner the two GIN indexes only (the test's
-        # transaction is rolled back, indexes included), and see that it can use the agent's own.
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'indexing_chunk' "
-            "AND indexname NOT IN ('indexing_chunk_pkey', 'chunk_search_vector_gin') AND indexname NOT LIKE 'chunk\\_gin\\_a%%'"
-        )
-        for (name,) in cursor.fetchall():
-            cursor.execute(f'DROP INDEX "{name}"')
-        cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = gin_only_plan(lambda: ranked(alice, "Melanie weather"))
     assert f"chunk_gin_a{alice.agent.pk}" in plan and "chunk_search_vector_gin" not in plan, plan
 
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 100
