@@ -10,6 +10,9 @@ from rest_framework.test import APIClient
 
 from agents.models import Agent, AgentToken
 from agents.services import agent_create, agent_token_create
+from indexing.embeddings import FakeProvider
+from memoryhub.celery import app as celery_app
+from search.services import query_cache_clear
 
 
 @dataclass
@@ -52,6 +55,31 @@ def cast(alice, bob, mallory):
 def make_member(db):
     """Build another agent with a token of the given scopes: make_member("reader", scopes=["read"])."""
     return _member
+
+
+@pytest.fixture
+def eager_tasks():
+    """Tasks run in the test process. Celery reads its configuration once, so the switch is set on the
+    app itself; not propagating lets eager retries run as they would on a worker (tests assert the job's
+    state). The indexing, search and client tests use it for every test (their conftest)."""
+    old = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
+    celery_app.conf.task_always_eager = True
+    celery_app.conf.task_eager_propagates = False
+    yield
+    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = old
+
+
+@pytest.fixture
+def fake_embeddings(settings):
+    """The deterministic, call-counting embedding provider, with fresh counts and no cached query vectors."""
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 64
+    FakeProvider.reset_counts()
+    query_cache_clear()
+    yield FakeProvider
+    FakeProvider.reset_counts()
+    query_cache_clear()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 from django.contrib.auth.models import User
 
-from tests.indexing.conftest import eager_tasks, fake_embeddings  # noqa: F401 (fixtures: tasks run in the server thread)
+from tests.indexing.conftest import eager_tasks  # noqa: F401 (for every test here: tasks run in the server thread)
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -6,29 +6,11 @@
 
 import pytest
 
-from indexing.embeddings import FakeProvider
-from memoryhub.celery import app as celery_app
 
 
 @pytest.fixture(autouse=True)
-def eager_tasks():
-    """Celery reads its configuration once, so the eager switch is set on the app itself."""
-    old = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
-    celery_app.conf.task_always_eager = True
-    # Not propagating lets eager retries run as they would on a worker; tests assert the job's state.
-    celery_app.conf.task_eager_propagates = False
-    yield
-    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = old
-
-
-@pytest.fixture
-def fake_embeddings(settings):
-    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
-    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
-    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 64
-    FakeProvider.reset_counts()
-    yield FakeProvider
-    FakeProvider.reset_counts()
+def eager_tasks(eager_tasks):  # tests/conftest.py's, for every test here
+    return eager_tasks
 
 
 @pytest.fixture

@@ -3,31 +3,17 @@ with the deterministic fake embedding provider, then search through the service 
 
 import pytest
 
-from indexing.embeddings import FakeProvider
 from indexing.services import file_ingest
-from memoryhub.celery import app as celery_app
-from search.services import query_cache_clear
 
 
 @pytest.fixture(autouse=True)
-def eager_tasks():
-    old = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
-    celery_app.conf.task_always_eager = True
-    celery_app.conf.task_eager_propagates = False
-    yield
-    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = old
+def eager_tasks(eager_tasks):  # tests/conftest.py's, for every test here
+    return eager_tasks
 
 
 @pytest.fixture(autouse=True)
-def fake_embeddings(settings):
-    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
-    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
-    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 64
-    FakeProvider.reset_counts()
-    query_cache_clear()
-    yield FakeProvider
-    FakeProvider.reset_counts()
-    query_cache_clear()
+def fake_embeddings(fake_embeddings):  # tests/conftest.py's, for every test here
+    return fake_embeddings
 
 
 @pytest.fixture
