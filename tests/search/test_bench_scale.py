@@ -24,7 +24,7 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     try:
         call_command(
             "bench_scale", chunks=3000, agents=5, big=1500, dims=16, queries=6, min_chunks=500,
-            database="test_memoryhub_bench_scale_smoke", stdout=out,
+            keyword_budgets="100,2000", database="test_memoryhub_bench_scale_smoke", stdout=out,
         )
     finally:
         for name, value in saved.items():
@@ -34,6 +34,7 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     assert "load (COPY): " in report and "VACUUM (ANALYZE)" in report
     assert "| big (1,500 chunks, hnsw) | 1.000 |" in report  # recall@10 against exact search
     assert "memory_search hybrid" in report
+    assert "| budget 2,000 (default) | 1.000 |" in report  # 1,500 chunks: every word fits, so exact BM25
     assert "dropped database test_memoryhub_bench_scale_smoke" in report
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_database WHERE datname = 'test_memoryhub_bench_scale_smoke'")

@@ -54,6 +54,10 @@ class Command(BaseCommand):
         parser.add_argument("--min-chunks", type=int, default=None, help="Override MEMORYHUB_VECTOR_HNSW_MIN_CHUNKS.")
         parser.add_argument("--database", default="memoryhub_bench_scale", help="Throw-away database to build (dropped first).")
         parser.add_argument("--keep", action="store_true", help="Keep the database afterwards (drop it by hand).")
+        parser.add_argument(
+            "--keyword-budgets", default="1000,1500,2000,3000",
+            help="SCORE_BUDGET values whose top 10 is compared with exact BM25 for the big agent (comma-separated).",
+        )
         parser.add_argument("--seed", type=int, default=20261123)
 
     def handle(self, *args, **options):
@@ -205,6 +209,39 @@ class Command(BaseCommand):
             recall = self.recall(agent_id, queries, filters)
             timings = self.timed(lambda q: self.vector_half(agent_id, q, filters), queries)
             self.out(f"| {label} | {plan.kind}, ef_search {plan.ef_search or '-'} | {recall:.3f} | {self.p(timings)} |")
+
+        self.keyword_budgets(agent_id, self.query_texts(rng, opts["queries"]))
+
+    def keyword_budgets(self, agent_id: int, texts: list[str]) -> None:
+        """How much of an exact BM25 top 10 the keyword half keeps for a large agent, per row budget
+        (search/keyword.py scores only the chunks of the rarest query words, up to SCORE_BUDGET)."""
+        from unittest import mock
+
+        from search import keyword
+
+        budgets = [int(b) for b in self.options["keyword_budgets"].split(",") if b.strip()]
+        if not budgets:
+            return
+
+        def top10(text):
+            return {hit.chunk_id for hit in self.keyword_half(agent_id, text).hits[:10]}
+
+        exact_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+        settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 10**12
+        try:
+            with mock.patch.object(keyword, "_stats_plan", return_value=None):
+                exact = {text: top10(text) for text in texts}
+        finally:
+            settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = exact_from
+        self.out("")
+        self.out("| big agent, keyword half | top-10 overlap with exact BM25 | p50 / p95 |")
+        self.out("|---|---|---|")
+        for budget in budgets:
+            with mock.patch.object(keyword, "SCORE_BUDGET", budget):
+                overlap = statistics.mean(len(top10(t) & exact[t]) / max(1, len(exact[t])) for t in texts)
+                timings = self.timed(lambda t: self.keyword_half(agent_id, t), texts)
+            default = " (default)" if budget == keyword.SCORE_BUDGET else ""
+            self.out(f"| budget {budget:,}{default} | {overlap:.3f} | {self.p(timings)} |")
 
     def out(self, line: str) -> None:
         self.stdout.write(line)
