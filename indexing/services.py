@@ -44,6 +44,7 @@ from indexing.embedding_identity import configured_identity
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize, source_resolve
 from indexing.transcripts import chunk_transcript
+from memoryhub import metrics
 from memoryhub.errors import ApiError, is_lock_conflict
 from search.text import keyword_document
 
@@ -632,6 +633,7 @@ def files_index(
             )
             vectors.update(reusable)
             cache_hits = len(vectors)
+            metrics.embedding_cache_hits(kind="document", hits=cache_hits)  # embed_texts counts its own
             missing: dict[str, str] = {}
             for _, spans in work:
                 for span, digest in spans:

@@ -25,6 +25,7 @@ from django.db import connection
 from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
 from indexing.models import Chunk, MemoryFile
+from memoryhub import metrics
 from memoryhub.errors import ApiError
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -58,8 +59,14 @@ def query_embedding(*, provider, text: str) -> list[float]:
         vector = _query_cache.get(key)
         if vector is not None:
             _query_cache.move_to_end(key)
+            metrics.embedding_cache_hits(kind="query", hits=1)
             return vector
-    vector = list(provider.embed_query(text))
+    try:
+        vector = list(provider.embed_query(text))
+    except Exception:
+        metrics.embedding_observe(kind="query", inputs=1, error=True)
+        raise
+    metrics.embedding_observe(kind="query", inputs=1)
     if size > 0:
         with _query_cache_lock:
             _query_cache[key] = vector
@@ -219,6 +226,7 @@ def memory_search(
             notes.insert(0, "Nothing matched.")
     if pending:
         notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
+    metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,
         mode=used_mode,
