@@ -12,6 +12,7 @@ from django.db.models import Q
 from pgvector.django import VectorField
 
 from agents.models import Agent
+from memoryhub.fields import DATE_MAX, DATE_MIN
 
 # The text-search configuration of the keyword index. Changing it needs a migration that
 # regenerates Chunk.search_vector; queries must use the same configuration.
@@ -108,6 +109,13 @@ class MemoryFile(models.Model):
         constraints = [
             # Serves every lookup by (agent, path): PUT/GET/DELETE files/<path> and sync diffs.
             models.UniqueConstraint(fields=["agent", "path"], name="memoryfile_agent_path_uniq"),
+            # A client's date that Python could not read back would break every page listing the row
+            # (memoryhub/fields.py validates input to the same range; this holds whatever writes it).
+            models.CheckConstraint(
+                condition=models.Q(client_mtime__isnull=True)
+                | models.Q(client_mtime__gte=DATE_MIN, client_mtime__lt=DATE_MAX),
+                name="memoryfile_client_mtime_range",
+            ),
         ]
         indexes = [
             # status.pending / status.failed counts and the admin's per-agent state filters.

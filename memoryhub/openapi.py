@@ -17,6 +17,8 @@ from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import serializers
 from rest_framework.parsers import JSONParser
 
+from memoryhub.fields import DATE_MAX, DATE_MIN
+
 ERROR_DESCRIPTIONS = {
     400: "Invalid input (bad parameter, body or path).",
     401: "Missing, malformed, unknown, revoked or expired token (or a bad webhook signature).",
@@ -57,15 +59,18 @@ class TextContentFieldSchema(OpenApiSerializerFieldExtension):
         return {"type": "string", "description": "The file's text, UTF-8, as is."}
 
 
-class MtimeFieldSchema(OpenApiSerializerFieldExtension):
-    target_class = "indexing.apis.MtimeField"
+class ClientDatetimeFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = "memoryhub.fields.ClientDatetimeField"
 
     def map_serializer_field(self, auto_schema, direction):
         if direction == "response":
             return {"type": "string", "format": "date-time"}
         return {
-            "oneOf": [{"type": "string", "format": "date-time"}, {"type": "number", "minimum": 0}],
-            "description": "The client's modification time: ISO 8601, or Unix seconds.",
+            "oneOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "number", "minimum": DATE_MIN.timestamp(), "maximum": DATE_MAX.timestamp() - 1},
+            ],
+            "description": f"ISO 8601 (offsets up to ±14:00), or Unix seconds; from {DATE_MIN:%Y-%m-%d} to {DATE_MAX:%Y-%m-%d} UTC.",
         }
 
 

@@ -41,6 +41,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "memoryhub.middleware.ApiJsonErrorsMiddleware",  # JSON 404/500/503 on /api/ and /mcp, in every mode
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -330,13 +331,15 @@ SPECTACULAR_SETTINGS = {
 # --- Tokens --------------------------------------------------------------------------------------
 # How often a token's last-used time is written (seconds); a write per request would be wasteful.
 MEMORYHUB_TOKEN_LAST_USED_INTERVAL = env_int("MEMORYHUB_TOKEN_LAST_USED_INTERVAL", 60, minimum=0)
+# How far a signed write's timestamp may be from the server's clock (agents with a webhook secret).
+MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS = env_int("MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1, maximum=86400)
 
 # --- REST framework ------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agents.authentication.AgentTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["agents.permissions.HasAgentToken"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["memoryhub.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "memoryhub.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
