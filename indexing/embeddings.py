@@ -222,7 +222,8 @@ class OpenAIProvider(EmbeddingProvider):
       ``dimensions``…) and ``ProviderPermanentError`` is raised without bisecting.
     - ``dimensions`` is sent when ``send_dimensions`` is ``always``, or for ``auto`` when the model is a
       text-embedding-3 model and the configured size differs from its native size. Every returned vector
-      must have the configured size, else ``ProviderPermanentError``.
+      must have the configured size; an answer of another size is retried, and ``ProviderPermanentError``
+      raised when every attempt had it (the configured dimensions are wrong).
     - A malformed 200 (truncated JSON, missing fields, a wrong count of vectors, vectors of mixed sizes,
       NaN) is retried like a 5xx, then ``ProviderTransientError``.
     - ``embed_query`` makes one attempt of at most ``query_timeout`` seconds: a search is waiting.
@@ -357,6 +358,10 @@ class OpenAIProvider(EmbeddingProvider):
                 message = "the embedding request timed out"
             except openai.APIConnectionError as exc:
                 message = f"cannot reach the embedding endpoint: {exc}"
+            except ProviderPermanentError as exc:  # vectors of another size than configured
+                if attempt == retry.max_retries:
+                    raise  # every attempt: the configuration is wrong, not the answer
+                message = str(exc)
             except (openai.OpenAIError, json.JSONDecodeError, _MalformedAnswer) as exc:
                 # A cut-off body (truncated JSON), a missing field, a wrong count of vectors, NaN: a proxy
                 # or an overloaded server answered badly. The same request usually works again.
@@ -366,13 +371,12 @@ class OpenAIProvider(EmbeddingProvider):
             delay = retry.delay(attempt, retry_after)
             logger.info("embedding request failed (%s); retry %d in %.2fs", message, attempt + 1, delay)
             time.sleep(delay)
-        self._check_dimensions(vectors)
         return vectors
 
     def _vectors_of(self, response, count: int) -> list[Vector]:
         """The vectors of an answer, in input order; _MalformedAnswer unless there is exactly one finite
-        vector per input, all of one size (a size that is consistently not the configured one is a
-        configuration error, left to _check_dimensions)."""
+        vector per input, all of one size, and ProviderPermanentError when that size is not the
+        configured one (retried all the same: only a size wrong every time is a configuration error)."""
         try:  # the SDK does not validate answers: a missing field is None here
             data = sorted(response.data, key=lambda item: item.index)
             if len(data) != count or [item.index for item in data] != list(range(count)):
@@ -384,6 +388,7 @@ class OpenAIProvider(EmbeddingProvider):
             raise _MalformedAnswer(f"vectors of different sizes ({sorted({len(v) for v in vectors})})")
         if not all(math.isfinite(value) for vector in vectors for value in vector):
             raise _MalformedAnswer("a vector holds NaN or infinity")
+        self._check_dimensions(vectors)
         return vectors
 
 
