@@ -4,6 +4,11 @@ query → validate → embed the query (LRU-cached) → vector and keyword candi
 a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → min_score →
 overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
 
+Bounds (search/deadline.py, search/query_breaker.py): every query runs under a statement timeout within
+the search's deadline, the query embedding has a short time limit of its own behind a circuit breaker,
+and snippet work is bounded by the snippet budget; a half that runs out of time is left out (the message
+says so), and a search that found nothing in time answers 503.
+
 Score scale (0..1, see fusion.py): with the default weighted fusion, 0.5 × cosine similarity +
 0.5 × keyword score (BM25 scaled so the query's best keyword hit is 1). The best exact keyword hit with
 no vector support scores 0.5, so the default min_score of 0.1 never drops it.
@@ -39,8 +44,6 @@ logger = logging.getLogger(__name__)
 MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
 _DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\.md$")
-
-
 _TIMED_OUT = "The search did not finish in time (the database is slow or busy). Try again."
 
 
@@ -272,6 +275,8 @@ def _embed_for_search(
         return None, "Vector search is off (embedding provider 'none')."
     if not has_vectors:
         return None, f"No chunk of this agent is embedded with {identity.key} yet."
+    if deadline.expired:  # not the provider's fault: the breaker must not count it
+        return None, "The search ran out of time before the query could be embedded."
     try:
         provider = get_provider()
         if provider is None:

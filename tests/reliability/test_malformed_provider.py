@@ -33,12 +33,14 @@ def ingest(member, django_capture_on_commit_callbacks) -> tuple[MemoryFile, Inde
 
 
 @pytest.mark.parametrize("answer", MALFORMED)
-def test_one_malformed_answer_is_retried_and_the_file_is_indexed(alice, provider, answer, django_capture_on_commit_callbacks):
-    provider.script = [answer]
+def test_malformed_answers_are_retried_and_the_file_is_indexed(alice, provider, answer, django_capture_on_commit_callbacks):
+    # Two in a row: before, the first failed the batch as an internal error and the second, on the
+    # file-by-file rerun meant for bugs, failed the file for good.
+    provider.script = [answer, answer]
     memory_file, job = ingest(alice, django_capture_on_commit_callbacks)
     assert memory_file.state == "indexed", memory_file.last_error
     assert job.state == "done", job.error
-    assert provider.requests == 2
+    assert provider.requests == 3
     assert Chunk.objects.filter(file=memory_file).exists()
     assert not Chunk.objects.filter(file=memory_file, embedding=None).exists()
 
