@@ -16,7 +16,7 @@ from django.db import connection
 
 from indexing.chunking import chunk_markdown
 from search.services import memory_search
-from tests.search.conftest import index_files, notes, search  # noqa: F401 (fixtures)
+from tests.search.conftest import index_files, notes  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("eager_tasks", "fake_embeddings")
 
@@ -114,13 +114,14 @@ def test_every_query_of_a_search_runs_under_the_statement_timeout(alice, index_f
             timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
         return execute(sql, params, many, context)
 
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
     with connection.execute_wrapper(record):
         response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
     assert response.results
     assert len(timeouts) >= 4
     assert all(t.endswith("ms") and 0 < int(t[:-2]) <= 1234 for t in timeouts), timeouts
     # Nothing of it outlives the search in the caller's transaction.
-    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == "0"
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
 @pytest.fixture
@@ -151,14 +152,14 @@ def short_bounds(settings):
     settings.MEMORYHUB_SEARCH_DEADLINE_MS = 2000
 
 
-def test_a_blocked_keyword_search_answers_503_within_its_deadline(alice, index_files, notes, search, lock_table, short_bounds):
+def test_a_blocked_keyword_search_answers_503_within_its_deadline(alice, index_files, notes, lock_table, short_bounds):
     index_files(alice, {"memory/notes.md": notes})
     lock_table("search_keywordagentstats")  # the keyword half reads it first
     started = time.monotonic()
-    status, body = search(alice, "billing", mode="keyword")
+    response = alice.client.post("/api/v1/search", {"query": "billing", "mode": "keyword"}, format="json")
     took = time.monotonic() - started
-    assert status == 503, body
-    assert body["error"]["code"] == "search_timeout"
+    assert response.status_code == 503, response.content
+    assert response.json()["error"]["code"] == "search_timeout" and response["Retry-After"] == "1"
     assert took < 15, f"answered after {took:.1f} s"  # before: waited for the lock (30 s here, for ever in life)
 
 
