@@ -117,6 +117,10 @@ class _RedisStore:
 class QueryBreaker:
     """The breaker of one embedding identity, in Redis while it answers, else in this process."""
 
+    # A breaker seen closed with no failure is taken as closed for this long without asking Redis
+    # again: searches then cost Redis nothing, and another process's failures count here a second late.
+    CLOSED_FOR = 1.0
+    _closed_until: dict[str, float] = {}
     _local = _LocalStore()
     _redis: dict[str, _RedisStore] = {}
     _redis_down_until: dict[str, float] = {}
@@ -147,7 +151,11 @@ class QueryBreaker:
         """The consecutive failures so far; raises BreakerOpen unless the provider may be called now
         (closed, or this call is the half-open probe)."""
         threshold, cooldown = settings.MEMORYHUB_SEARCH_BREAKER_FAILURES, settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN
+        if time.monotonic() < QueryBreaker._closed_until.get(self.name, 0.0):
+            return 0
         is_open, failures = self._call("read")
+        if failures == 0 and not is_open:
+            QueryBreaker._closed_until[self.name] = time.monotonic() + self.CLOSED_FOR
         if failures < threshold and not is_open:
             return failures
         if not is_open and self._call("claim_probe", probe_ttl):
@@ -159,6 +167,7 @@ class QueryBreaker:
 
     def failed(self) -> None:
         threshold, cooldown = settings.MEMORYHUB_SEARCH_BREAKER_FAILURES, settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN
+        QueryBreaker._closed_until.pop(self.name, None)
         if self._call("failure", threshold=threshold, cooldown=cooldown) == threshold:
             logger.warning("query embedding failed %d times in a row: vector search paused for %g s", threshold, cooldown)
 

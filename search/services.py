@@ -172,7 +172,18 @@ def memory_search(
     filters: SearchFilters | None = None,
     explain: bool = False,
 ) -> SearchResponse:
-    """Search one agent's memory. Raises ApiError (400) for bad input; see the module docstring."""
+    """Search one agent's memory. Raises ApiError (400) for bad input, SearchUnavailable (503) when
+    nothing was found before the deadline; see the module docstring."""
+    with SearchDeadline() as deadline:
+        return _memory_search(
+            agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
+            explain=explain, deadline=deadline,
+        )
+
+
+def _memory_search(
+    *, agent: Agent, query: str, max_results, min_score, mode, filters, explain: bool, deadline: SearchDeadline
+) -> SearchResponse:
     started = time.perf_counter()
     query = _clean_query(query)
     limit = settings.MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT
@@ -185,7 +196,6 @@ def memory_search(
     filters = filters or SearchFilters()
     _check_filters(filters)
 
-    deadline = SearchDeadline()
     notes: list[str] = []
     used_mode = mode or "hybrid"
     identity = configured_identity()

@@ -124,6 +124,29 @@ def test_every_query_of_a_search_runs_under_the_statement_timeout(alice, index_f
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_timeout_is_set_once_per_search_and_put_back(alice, index_files, notes, settings):
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
+    index_files(alice, {"memory/notes.md": notes})
+    assert not connection.in_atomic_block  # as the API runs: autocommit
+    sets, timeouts = [], []
+
+    def record(execute, sql, params, many, context):
+        if "set_config('statement_timeout'" in sql:
+            sets.append(params)
+        elif not connection.in_atomic_block:
+            timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
+        return execute(sql, params, many, context)
+
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    with connection.execute_wrapper(record):
+        response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
+    assert response.results and len(timeouts) >= 3
+    assert set(timeouts) == {"1234ms"}
+    assert len(sets) == 2  # set, then put back: no round trips per phase
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
+
+
 @pytest.fixture
 def lock_table():
     """lock_table(name): another connection takes an ACCESS EXCLUSIVE lock on the table, so any query
@@ -161,6 +184,19 @@ def test_a_blocked_keyword_search_answers_503_within_its_deadline(alice, index_f
     assert response.status_code == 503, response.content
     assert response.json()["error"]["code"] == "search_timeout" and response["Retry-After"] == "1"
     assert took < 15, f"answered after {took:.1f} s"  # before: waited for the lock (30 s here, for ever in life)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_blocked_search_answers_503_too(alice, index_files, notes, lock_table, short_bounds):
+    index_files(alice, {"memory/notes.md": notes})
+    lock_table("search_keywordagentstats")
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    started = time.monotonic()
+    response = alice.client.post("/api/v1/search", {"query": "billing", "mode": "keyword"}, format="json")
+    assert response.status_code == 503, response.content
+    assert time.monotonic() - started < 15
+    # The connection is usable and its statement timeout is its own again.
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
 def test_a_hybrid_search_answers_what_it_has_when_one_half_is_blocked(alice, index_files, notes, lock_table, short_bounds):
