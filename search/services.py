@@ -182,7 +182,15 @@ def memory_search(
 
 
 def _memory_search(
-    *, agent: Agent, query: str, max_results, min_score, mode, filters, explain: bool, deadline: SearchDeadline
+    *,
+    agent: Agent,
+    query: str,
+    max_results: int | None,
+    min_score: float | None,
+    mode: str | None,
+    filters: SearchFilters | None,
+    explain: bool,
+    deadline: SearchDeadline,
 ) -> SearchResponse:
     started = time.perf_counter()
     query = _clean_query(query)
@@ -319,7 +327,11 @@ def _results(
     was indexed (then the stored lines no longer match its line numbers)."""
     boost = settings.MEMORYHUB_SEARCH_RECENCY_BOOST
     if boost > 0 and candidates:
-        paths = dict(MemoryFile.objects.filter(pk__in={spans[c.chunk_id][0] for c in candidates}).values_list("id", "path"))
+        try:
+            with deadline.queries():
+                paths = dict(MemoryFile.objects.filter(pk__in={spans[c.chunk_id][0] for c in candidates}).values_list("id", "path"))
+        except SearchTimedOut:
+            paths = {}  # no boost: the answer is still right, its order a little less
         today = datetime.now(dt_timezone.utc).date()
         half_life = settings.MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS
         for c in candidates:
