@@ -24,10 +24,10 @@ QUERY = "When do we deploy the billing service?"
 @pytest.fixture
 def provider(settings):
     """A flaky server behind the openai provider, the defaults of indexing (60 s timeout, 5 retries)
-    left as they are, and a breaker of 2 failures and a 1 s cool-down."""
+    left as they are, and a breaker of 2 failures and a 2 s cool-down."""
     settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = 1.0
     settings.MEMORYHUB_SEARCH_BREAKER_FAILURES = 2
-    settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN = 1.0
+    settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN = 2.0
     redis_url = settings.REDIS_URL
     with FlakyEmbeddings() as server:
         model = use_flaky_provider(settings, server)
@@ -76,7 +76,7 @@ def test_the_breaker_closes_after_the_provider_recovers(alice_with_vectors, prov
     provider.behaviour = "ok"
     assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "keyword"  # still cooling down
     assert provider.requests == 2
-    time.sleep(1.2)
+    time.sleep(2.2)
     probe = memory_search(agent=alice_with_vectors.agent, query=QUERY)  # half-open: this search probes
     assert probe.mode == "hybrid" and provider.requests == 3
     after = memory_search(agent=alice_with_vectors.agent, query="Who leads the payments team?")
@@ -87,7 +87,7 @@ def test_a_failed_probe_opens_the_breaker_for_another_cool_down(alice_with_vecto
     provider.behaviour = "500"
     for _ in range(2):
         memory_search(agent=alice_with_vectors.agent, query=QUERY)
-    time.sleep(1.2)
+    time.sleep(2.2)
     assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "keyword"  # the probe failed
     assert provider.requests == 3
     memory_search(agent=alice_with_vectors.agent, query=QUERY)
