@@ -140,11 +140,16 @@ class QueryBreaker:
                 store = QueryBreaker._redis[url] = _RedisStore(url)
         if store is not None:
             try:
-                return getattr(store, operation)(self.name, *args, **kwargs)
+                result = getattr(store, operation)(self.name, *args, **kwargs)
             except redis.RedisError as exc:
                 logger.warning("query breaker: Redis unavailable (%s); keeping the state in this process", exc)
                 with QueryBreaker._lock:
                     QueryBreaker._redis_down_until[url] = time.monotonic() + REDIS_RETRY_AFTER
+            else:
+                with QueryBreaker._lock:
+                    if QueryBreaker._redis_down_until.pop(url, None) is not None:
+                        QueryBreaker._local = _LocalStore()  # Redis is back: the interim state is stale
+                return result
         return getattr(QueryBreaker._local, operation)(self.name, *args, **kwargs)
 
     def before_call(self, *, probe_ttl: float) -> int:
