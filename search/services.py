@@ -259,7 +259,8 @@ def _memory_search(
         vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
     )
     results, best_below = _results(
-        deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results, min_score=min_score, explain=explain
+        deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
+        min_score=min_score, explain=explain,
     )
 
     if deadline.timed_out:
@@ -329,7 +330,8 @@ def _results(
     if boost > 0 and candidates:
         try:
             with deadline.queries():
-                paths = dict(MemoryFile.objects.filter(pk__in={spans[c.chunk_id][0] for c in candidates}).values_list("id", "path"))
+                file_ids = {spans[c.chunk_id][0] for c in candidates}
+                paths = dict(MemoryFile.objects.filter(pk__in=file_ids).values_list("id", "path"))
         except SearchTimedOut:
             paths = {}  # no boost: the answer is still right, its order a little less
         today = datetime.now(dt_timezone.utc).date()
