@@ -272,6 +272,17 @@ MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE",
 # times this factor; 0 = one snippet per hit. 0.7 measured best on LoCoMo (README, "Search quality").
 MEMORYHUB_SEARCH_SECOND_SNIPPET = env_float("MEMORYHUB_SEARCH_SECOND_SNIPPET", 0.7, minimum=0, maximum=1)
 
+# Bounds of one search (search/deadline.py): every query it sends stops after STATEMENT_TIMEOUT_MS, and
+# the whole search after DEADLINE_MS, answering what it has by then (a 503 search_timeout when nothing).
+MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = env_int("MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS", 3000, minimum=1)
+MEMORYHUB_SEARCH_DEADLINE_MS = env_int("MEMORYHUB_SEARCH_DEADLINE_MS", 6000, minimum=1)
+# The query embedding (search/query_breaker.py): seconds it may take in all, one attempt; after
+# BREAKER_FAILURES consecutive failures vector search is skipped for BREAKER_COOLDOWN seconds (state
+# shared by every web process through REDIS_URL), then one search probes the provider again.
+MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT", 2.5, minimum=0.1)
+MEMORYHUB_SEARCH_BREAKER_FAILURES = env_int("MEMORYHUB_SEARCH_BREAKER_FAILURES", 3, minimum=1)
+MEMORYHUB_SEARCH_BREAKER_COOLDOWN = env_float("MEMORYHUB_SEARCH_BREAKER_COOLDOWN", 30.0, minimum=0.1)
+
 # Vector index (search/vector.py, search/vector_index.py). pgvector#259: an HNSW index over every agent
 # loses recall once the query is filtered to one agent, so small agents are searched exactly and big
 # agents get a partial HNSW index of their own, built in the background by the `vector_indexes` task.

@@ -15,6 +15,7 @@ from search.types import SearchFilters
 
 class SearchApi(APIView):
     required_scope = "read"
+    openapi_error_statuses = (503,)  # search_timeout: nothing found before the search's deadline
 
     class InputSerializer(serializers.Serializer):
         query = StrictCharField(trim_whitespace=False, allow_blank=True)
