@@ -51,6 +51,9 @@ class IndexJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The outbox: set when the job's task could not be published (broker down); indexing/recovery.py
+    # publishes it again once the broker answers.
+    awaiting_dispatch = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -63,6 +66,8 @@ class IndexJob(models.Model):
                 name="indexjob_unfinished_idx",
                 condition=Q(state__in=["queued", "running", "failed"]),
             ),
+            # The outbox drain's scan: only the few jobs whose task was never published.
+            models.Index(fields=["created_at"], name="indexjob_awaiting_dispatch_idx", condition=Q(awaiting_dispatch=True)),
         ]
 
     def __str__(self) -> str:

@@ -129,6 +129,17 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("MEMORYHUB_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_TIME_LIMIT = env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The queue every task is sent to and every worker reads: give each deployment that shares a Redis its own.
+CELERY_TASK_DEFAULT_QUEUE = env_str("MEMORYHUB_TASK_QUEUE") or "celery"
+# With acks_late, a message a worker took but never acknowledged (the worker was killed) goes back to
+# the queue once this many seconds have passed: longer than any task may run (MEMORYHUB_TASK_TIME_LIMIT),
+# or a slow task would be handed to a second worker while it still runs. The lease below usually
+# recovers a dead worker's files far sooner.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1) + 240,
+    # Publishing from a web request must not hang when Redis is unreachable (the outbox takes over).
+    "socket_connect_timeout": 2,
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Without a broker (`make run` on a machine without Redis), tasks run in the web process.
 CELERY_TASK_ALWAYS_EAGER = env_bool("MEMORYHUB_TASKS_EAGER", False)
@@ -201,10 +212,22 @@ MEMORYHUB_INDEX_RETRY_FAILED_AFTER = env_int("MEMORYHUB_INDEX_RETRY_FAILED_AFTER
 # ... and after twice that following a second failure, and so on; after this many failures in a row the
 # file stays failed until its content changes or an operator re-indexes it (each retry costs embedding calls).
 MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS = env_int("MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS", 8, minimum=1, maximum=1000)
+# A worker touches the files it is indexing every MEMORYHUB_INDEX_LEASE_SECONDS / 3 seconds; a file
+# still "indexing" without a touch for MEMORYHUB_INDEX_LEASE_SECONDS belonged to a worker that died
+# (killed, out of memory, machine lost) and goes back to the queue.
+MEMORYHUB_INDEX_LEASE_SECONDS = env_int("MEMORYHUB_INDEX_LEASE_SECONDS", 60, minimum=6)
+# Seconds between runs of the recovery task: abandoned files, jobs the broker never received (the
+# outbox), and failed files retried once a probe shows the embedding provider answers again.
+MEMORYHUB_INDEX_RECOVERY_INTERVAL = env_int("MEMORYHUB_INDEX_RECOVERY_INTERVAL", 15, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "indexing-maintenance": {
         "task": "indexing.tasks.index_maintenance_task",
         "schedule": float(MEMORYHUB_INDEX_MAINTENANCE_INTERVAL),
+    },
+    "indexing-recovery": {
+        "task": "indexing.tasks.index_recovery_task",
+        "schedule": float(MEMORYHUB_INDEX_RECOVERY_INTERVAL),
+        "options": {"expires": float(MEMORYHUB_INDEX_RECOVERY_INTERVAL)},  # ticks missed while down are not piled up
     },
 }
 
