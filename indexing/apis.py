@@ -310,7 +310,6 @@ class WorkspaceSyncApi(BodyLimitMixin, APIView):
     """POST /api/v1/sync — the webhook: upsert content entries, diff hash-only ones, delete the unlisted."""
 
     required_scope = "write"
-    rate_limit_bucket = "sync"
     parser_classes = [BoundedJSONParser]
 
     class InputSerializer(serializers.Serializer):

@@ -2,10 +2,12 @@
 with a per-process fallback so that Redis being down never fails a request (it only makes the limit
 per process for a while).
 
-Limits are fixed windows (``"600/min"``: at most 600 calls of that kind per token per clock minute);
-the answer past the limit is ``429 rate_limited`` with ``Retry-After`` = the seconds left in the window.
-The defaults are far above what an agent in normal use sends (a search every 0.1 s, all minute long)
-and far below what a runaway loop or a flood sends.
+A rate (``"600/min"``) is enforced evenly, not per clock window (the generic cell rate algorithm: one
+call every window/limit seconds, with a burst of a tenth of the limit allowed on top): a fixed window
+would let a flood spend a whole minute's allowance in its first second, all of it at the cost of the
+other tenants. Past the rate the answer is ``429 rate_limited`` with ``Retry-After`` = the seconds until
+the next call is allowed. The defaults are far above what an agent in normal use sends (a search every
+0.1 s, all minute long) and far below what a runaway loop or a flood sends.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def rate_parse(value: str, *, name: str) -> Rate | None:
     return rate
 
 
+# GCRA in one round trip: KEYS[1] holds the theoretical arrival time (ms). Returns the ms to wait (0 = allowed).
+_GCRA = """
+local now, interval, tolerance = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local allowed_at = tat + interval - tolerance
+if allowed_at > now then return math.ceil(allowed_at - now) end
+redis.call('SET', KEYS[1], tat + interval, 'PX', math.ceil(tat + interval - now) + 1000)
+return 0
+"""
+
+
 class _Store:
     """Counters in Redis when it answers, in this process otherwise."""
 
@@ -59,6 +73,8 @@ class _Store:
         self._redis_down_until = 0.0
         self._lock = threading.Lock()
         self._local: dict[str, tuple[int, float]] = {}  # key → (count, expiry on the monotonic clock)
+        self._local_tat: dict[str, float] = {}  # key → GCRA's theoretical arrival time (ms)
+        self._gcra = None
 
     def _redis(self):
         if time.monotonic() < self._redis_down_until:
@@ -72,6 +88,27 @@ class _Store:
     def _redis_failed(self, exc: Exception) -> None:
         logger.warning("rate limits: Redis does not answer (%s); counting in this process for %g s", exc.__class__.__name__, REDIS_RETRY_AFTER)
         self._redis_down_until = time.monotonic() + REDIS_RETRY_AFTER
+
+    def gcra(self, key: str, *, interval_ms: float, tolerance_ms: float) -> float:
+        """Milliseconds until a call under ``key`` is allowed (0: allowed, and counted)."""
+        now = time.time() * 1000
+        client = self._redis()
+        if client is not None:
+            try:
+                if self._gcra is None:
+                    self._gcra = client.register_script(_GCRA)
+                return float(self._gcra(keys=[key], args=[int(now), interval_ms, tolerance_ms]))
+            except Exception as exc:
+                self._redis_failed(exc)
+        with self._lock:
+            tat = max(self._local_tat.get(key, now), now)
+            allowed_at = tat + interval_ms - tolerance_ms
+            if allowed_at > now:
+                return allowed_at - now
+            self._local_tat[key] = tat + interval_ms
+            if len(self._local_tat) > 100_000:  # bounded memory: forget keys already back to a full burst
+                self._local_tat = {k: v for k, v in self._local_tat.items() if v > now}
+            return 0.0
 
     def incr(self, key: str, *, ttl: int, extend: bool) -> tuple[int, float]:
         """Add one to ``key``; returns (count, seconds until it expires). A new key lives ``ttl`` seconds;
@@ -131,14 +168,13 @@ store = _Store()
 
 def rate_limit_hit(*, bucket: str, subject: str, rate: Rate | None) -> float | None:
     """Count one call of ``bucket`` by ``subject`` (a token); None when allowed, else the seconds to
-    wait before the window ends."""
+    wait before the next call is."""
     if rate is None:
         return None
-    window_start = int(time.time()) // rate.window
-    count, _ = store.incr(f"{KEY_PREFIX}:{bucket}:{subject}:{window_start}", ttl=rate.window + 1, extend=False)
-    if count <= rate.limit:
-        return None
-    return float(rate.window - time.time() % rate.window)
+    interval_ms = rate.window * 1000 / rate.limit
+    burst = max(1, rate.limit // 10)
+    wait_ms = store.gcra(f"{KEY_PREFIX}:{bucket}:{subject}", interval_ms=interval_ms, tolerance_ms=interval_ms * burst)
+    return None if wait_ms <= 0 else wait_ms / 1000
 
 
 # --- Admin login lockout -------------------------------------------------------------------------

@@ -41,6 +41,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "agents.throttles.RateLimitedTokensMiddleware",  # 429 before anything else for a token told to wait
     "django.middleware.security.SecurityMiddleware",
     "memoryhub.middleware.ApiJsonErrorsMiddleware",  # JSON 404/500/503 on /api/ and /mcp, in every mode
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -53,7 +54,7 @@ MIDDLEWARE = [
 
 # Serves the admin's static files under gunicorn: collected ones in production, straight from the apps
 # in DEBUG (`make run`), so no collectstatic step is needed there.
-MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "whitenoise.middleware.WhiteNoiseMiddleware")
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 

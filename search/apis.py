@@ -15,7 +15,6 @@ from search.types import SearchFilters
 
 class SearchApi(APIView):
     required_scope = "read"
-    rate_limit_bucket = "search"
     openapi_error_statuses = (503,)  # search_timeout: nothing found before the search's deadline
 
     class InputSerializer(serializers.Serializer):

@@ -50,7 +50,6 @@ class ToolRunApi(APIView):
     """POST /api/v1/tools/<name> — run one tool with the arguments the model gave it."""
 
     required_scope = "read"
-    rate_limit_bucket = "search"  # every tool call is a model's search or read of its memory
     openapi_error_statuses = (503,)  # memory_search's search_timeout
 
     class OutputSerializer(serializers.Serializer):

@@ -105,6 +105,10 @@ class Command(BaseCommand):
         parser.add_argument("--noisy", action="store_true", help="the noisy-neighbour run instead")
         parser.add_argument("--victim-rate", type=float, default=5.0, help="--noisy: the quiet agent's searches per second")
         parser.add_argument("--no-big-file", action="store_true", help="--noisy: no 5 MB one-line file")
+        parser.add_argument(
+            "--flood-rate", type=float, default=0.0,
+            help="--noisy: the noisy agent's requests per second, all clients together (0 = as fast as the server answers)",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **options):
@@ -122,7 +126,9 @@ class Command(BaseCommand):
             report = self._noisy(url, tokens, options)
         else:
             report = self._mixed(url, tokens, options)
-        report["settings"] = {key: options[key] for key in ("url", "clients", "duration", "agents", "search_share", "noisy")}
+        report["settings"] = {
+            key: options[key] for key in ("url", "clients", "duration", "agents", "search_share", "noisy", "flood_rate")
+        }
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
         else:
@@ -200,13 +206,17 @@ class Command(BaseCommand):
             big = ("x" * 90 + " budget deploy kettle ") * (5_000_000 // 112)
             Client(url, options["timeout"]).send("PUT", "/api/v1/files/notes/one-line.md", noisy, big.encode(), "text/markdown")
 
+        flooders = max(1, options["clients"] - 1)
+        flood_pause = flooders / options["flood_rate"] if options["flood_rate"] > 0 else 0
+
         def noisy_pick():
             if random.random() < 0.7:
-                return ("noisy_search", "POST", "/api/v1/search", noisy, _question(), "application/json", 0)
+                return ("noisy_search", "POST", "/api/v1/search", noisy, _question(), "application/json", flood_pause)
             i = random.randrange(200)
-            return ("noisy_upload", "PUT", f"/api/v1/files/flood/f{i:03}.md", noisy, _note(i, random.random()).encode(), "text/markdown", 0)
+            body = _note(i, random.random()).encode()
+            return ("noisy_upload", "PUT", f"/api/v1/files/flood/f{i:03}.md", noisy, body, "text/markdown", flood_pause)
 
-        loud = self._run(url, [victim_pick] + [noisy_pick] * max(1, options["clients"] - 1), options["duration"], options["timeout"])
+        loud = self._run(url, [victim_pick] + [noisy_pick] * flooders, options["duration"], options["timeout"])
         quiet_summary, loud_summary = quiet["victim_search"].summary(), loud["victim_search"].summary()
         return {
             "quiet": {"victim_search": quiet_summary},
