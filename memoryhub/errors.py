@@ -49,7 +49,11 @@ def is_database_unavailable(exc: BaseException) -> bool:
     return not isinstance(cause, psycopg.errors.QueryCanceled)
 
 
-def database_unavailable_body() -> dict:
+def database_unavailable_body(exc: BaseException | None = None) -> dict:
+    """The 503 body for ``is_database_unavailable``: the database is down, or (a pool timeout) every
+    connection of this server is busy."""
+    if exc is not None and exc.__cause__ is not None and exc.__cause__.__class__.__name__ == "PoolTimeout":
+        return error_body("server_busy", "Every database connection of this server is in use. Try again shortly.")
     return error_body("database_unavailable", "The database is not answering. Try again shortly.")
 
 
@@ -99,7 +103,7 @@ def api_exception_handler(exc, context):
         return response
     if is_database_unavailable(exc):
         logger.error("database unavailable in %s: %s", context.get("view").__class__.__name__, exc)
-        response = Response(database_unavailable_body(), status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        response = Response(database_unavailable_body(exc), status=status.HTTP_503_SERVICE_UNAVAILABLE)
         response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
         return response
     logger.exception("unhandled error in %s", context.get("view").__class__.__name__)

@@ -40,7 +40,7 @@ class ApiJsonErrorsMiddleware:
             return None
         if is_database_unavailable(exception):
             logger.error("database unavailable during %s %s: %s", request.method, request.path, exception)
-            response = JsonResponse(database_unavailable_body(), status=503)
+            response = JsonResponse(database_unavailable_body(exception), status=503)
             response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
             return response
         logger.exception("unhandled error during %s %s", request.method, request.path)

@@ -28,7 +28,8 @@ ERROR_DESCRIPTIONS = {
     413: "Body, file or per-agent quota too large; the message gives the numbers.",
     415: "Unsupported media type, binary content, invalid encoding or file type.",
     422: "The request is well-formed but inconsistent (e.g. source vs path).",
-    429: "Too many requests.",
+    429: "Too many requests for this token (rate_limited); Retry-After says when to try again.",
+    503: "Busy or a dependency is down (server_busy, database_unavailable, search_timeout); Retry-After says when to try again.",
 }
 
 
@@ -130,7 +131,7 @@ class AutoSchema(openapi.AutoSchema):
     def _error_statuses(self) -> list[int]:
         statuses = set(getattr(self.view, "openapi_error_statuses", ()))
         if self.get_auth():
-            statuses |= {401, 403}
+            statuses |= {401, 403, 429}  # every authenticated call counts against the token's rates
         has_input = self._get_parameters() or self._body_methods()
         if has_input:
             statuses.add(400)

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from django.core.exceptions import ImproperlyConfigured
 
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from memoryhub.ratelimit import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -40,6 +41,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "agents.throttles.RateLimitedTokensMiddleware",  # 429 before anything else for a token told to wait
     "django.middleware.security.SecurityMiddleware",
     "memoryhub.middleware.ApiJsonErrorsMiddleware",  # JSON 404/500/503 on /api/ and /mcp, in every mode
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -50,9 +52,11 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-if not DEBUG:
-    # Serves the admin's collected static files under gunicorn (runserver does it in DEBUG).
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+# Serves the admin's static files under gunicorn: collected ones in production, straight from the apps
+# in DEBUG (`make run`), so no collectstatic step is needed there.
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "whitenoise.middleware.WhiteNoiseMiddleware")
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
 
 ROOT_URLCONF = "memoryhub.urls"
 WSGI_APPLICATION = "memoryhub.wsgi.application"
@@ -119,6 +123,20 @@ DATABASES = {
         **_database,
     }
 }
+# A bounded pool of connections per web process (gunicorn's config turns it on with one connection per
+# thread: memoryhub/gunicorn_conf.py). 0 = no pool: one persistent connection per thread, as the Celery
+# workers use (a pool must not cross their fork). A request that waits longer than the timeout for a
+# connection is answered 503 server_busy with Retry-After.
+MEMORYHUB_DB_POOL_SIZE = env_int("MEMORYHUB_DB_POOL_SIZE", 0, minimum=0, maximum=100)
+MEMORYHUB_DB_POOL_TIMEOUT = env_float("MEMORYHUB_DB_POOL_TIMEOUT", 10.0, minimum=0.1)
+if MEMORYHUB_DB_POOL_SIZE:
+    # The pool keeps the connections (Django must not), and checks each one it hands out
+    # (CONN_HEALTH_CHECKS), so a connection broken by a database restart is replaced, not used.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"]["OPTIONS"],
+        "pool": {"min_size": 1, "max_size": MEMORYHUB_DB_POOL_SIZE, "timeout": MEMORYHUB_DB_POOL_TIMEOUT, "max_idle": 300},
+    }
 
 # --- Celery on Redis -----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -365,6 +383,20 @@ SPECTACULAR_SETTINGS = {
 # --- Tokens --------------------------------------------------------------------------------------
 # How often a token's last-used time is written (seconds); a write per request would be wasteful.
 MEMORYHUB_TOKEN_LAST_USED_INTERVAL = env_int("MEMORYHUB_TOKEN_LAST_USED_INTERVAL", 60, minimum=0)
+
+# Request rates per token, counted in Redis across web processes ("600/min"; units s, min, hour, day;
+# 0 = no limit). Past a limit: 429 rate_limited with Retry-After. `search` covers POST search, tool
+# calls and MCP tool calls; `write` PUT and DELETE of files; `sync` the webhook; `read` the rest.
+MEMORYHUB_RATE_LIMITS = {
+    "search": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SEARCH", "600/min"), name="MEMORYHUB_RATE_LIMIT_SEARCH"),
+    "write": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_WRITE", "600/min"), name="MEMORYHUB_RATE_LIMIT_WRITE"),
+    "sync": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SYNC", "120/min"), name="MEMORYHUB_RATE_LIMIT_SYNC"),
+    "read": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_READ", "1200/min"), name="MEMORYHUB_RATE_LIMIT_READ"),
+}
+# Admin login: after this many failed attempts for one username from one address, that pair is locked
+# out (even with the right password) until this many seconds pass without another attempt.
+MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)
+MEMORYHUB_ADMIN_LOGIN_LOCKOUT_SECONDS = env_int("MEMORYHUB_ADMIN_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
 # How far a signed write's timestamp may be from the server's clock (agents with a webhook secret).
 MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS = env_int("MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1, maximum=86400)
 
@@ -372,6 +404,7 @@ MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS = env_int("MEMORYHUB_WEBHOOK_TOLERANCE_SECON
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agents.authentication.AgentTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["agents.permissions.HasAgentToken"],
+    "DEFAULT_THROTTLE_CLASSES": ["agents.throttles.TokenRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["memoryhub.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",

@@ -24,6 +24,7 @@ from rest_framework import exceptions
 
 from agents.authentication import AgentTokenAuthentication
 from agents.models import AgentToken
+from agents.throttles import RateLimited, rate_limit_check
 from memoryhub.errors import ApiError, is_database_unavailable
 from memoryhub.parsers import JsonTooDeep, json_loads_bounded
 from search.tools import TOOL_RUNNERS, tool_definitions, tool_run
@@ -102,10 +103,10 @@ class McpView(View):
         refusal = self._check_origin(request)
         if refusal is not None:
             return refusal
-        agent_or_refusal = self._authenticate(request)
-        if isinstance(agent_or_refusal, JsonResponse):
-            return agent_or_refusal
-        agent = agent_or_refusal
+        outcome = self._authenticate(request)
+        if isinstance(outcome, JsonResponse):
+            return outcome
+        agent, token = outcome
 
         protocol_version = request.headers.get(PROTOCOL_VERSION_HEADER)
         if protocol_version and protocol_version not in PROTOCOL_VERSIONS:
@@ -122,6 +123,13 @@ class McpView(View):
             return _http_error(400, PARSE_ERROR, f"Parse error: {exc}")
         except ValueError:  # also UnicodeDecodeError
             return _http_error(400, PARSE_ERROR, "Parse error: the body must be a JSON-RPC message.")
+
+        messages = payload if isinstance(payload, list) else [payload]
+        if any(isinstance(message, dict) and message.get("method") == "tools/call" for message in messages):
+            try:
+                rate_limit_check(token=token, bucket="search")
+            except RateLimited as exc:
+                return _http_error(429, INVALID_REQUEST, str(exc.detail), headers={"Retry-After": str(exc.wait)})
 
         if isinstance(payload, list):
             if not payload:
@@ -163,7 +171,7 @@ class McpView(View):
         agent, token = outcome
         if not token.has_scope(AgentToken.Scope.READ):
             return _http_error(403, FORBIDDEN, "This token lacks the 'read' scope.")
-        return agent
+        return agent, token
 
     # --- JSON-RPC ------------------------------------------------------------------------------
 
