@@ -6,7 +6,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     DEBUG=0 \
     PORT=8000 \
-    MEMORYHUB_WEB_WORKERS=3
+    MEMORYHUB_WEB_WORKERS=2 \
+    MEMORYHUB_WEB_THREADS=8
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
@@ -23,4 +24,4 @@ RUN SECRET_KEY=collectstatic DATABASE_URL=postgres://unused@localhost/unused pyt
 RUN useradd --create-home --uid 1000 memoryhub
 USER memoryhub
 EXPOSE 8000
-CMD ["sh", "-c", "python manage.py migrate --noinput && exec gunicorn memoryhub.wsgi:application --bind 0.0.0.0:${PORT} --workers ${MEMORYHUB_WEB_WORKERS} --access-logfile -"]
+CMD ["sh", "-c", "python manage.py migrate --noinput && exec gunicorn -c python:memoryhub.gunicorn_conf --bind 0.0.0.0:${PORT} memoryhub.wsgi:application"]

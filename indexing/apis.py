@@ -2,32 +2,34 @@
 
 Thin views: each validates its input with a nested InputSerializer and calls one service or selector.
 Size limits are checked against Content-Length before the body is read (413 from MemoryHub, never a
-bare 400 from Django), and the sync webhook's HMAC is checked on the raw body before it is parsed.
+bare 400 from Django), and a signed write's HMAC (agents/permissions.py) on the raw body before it is parsed.
 """
-
-import hashlib
-import hmac
-from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from indexing.models import IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize
-from indexing.selectors import agent_index_status, file_list, file_read_lines, job_get
+from indexing.selectors import (
+    MEMORY_GET_DEFAULT_LINES,
+    MEMORY_GET_MAX_FROM,
+    MEMORY_GET_MAX_LINES,
+    agent_index_status,
+    file_list,
+    file_read_lines,
+    job_get,
+)
 from indexing.services import SyncEntry, content_from_bytes, file_delete, file_ingest, workspace_sync
 from memoryhub.errors import ApiError
-
-SIGNATURE_HEADER = "X-MemoryHub-Signature"
-
+from memoryhub.fields import ClientDatetimeField, StrictBooleanField, StrictCharField
+from memoryhub.parsers import BoundedJSONParser
 
 class AgentStatusApi(APIView):
     """GET /api/v1/status — how much of this agent's memory is indexed, and with what."""
@@ -72,28 +74,6 @@ class RawTextParser(BaseParser):
         return RawContent(stream.read() if stream is not None else b"")
 
 
-class MtimeField(serializers.Field):
-    """The client's modification time: ISO 8601, or Unix seconds."""
-
-    default_error_messages = {"invalid": "mtime must be an ISO 8601 date-time or Unix seconds."}
-
-    def to_internal_value(self, value):
-        if isinstance(value, bool):
-            self.fail("invalid")
-        if isinstance(value, (int, float)) or (isinstance(value, str) and value.replace(".", "", 1).isdigit()):
-            try:
-                return datetime.fromtimestamp(float(value), tz=dt_timezone.utc)
-            except (OverflowError, OSError, ValueError):
-                self.fail("invalid")
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-        if parsed is None:
-            self.fail("invalid")
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt_timezone.utc)
-
-    def to_representation(self, value):
-        return value.isoformat() if value else None
-
-
 class TextContentField(serializers.Field):
     """File content as given: no trimming, and NUL or invalid text is left to the service (→ 415)."""
 
@@ -116,8 +96,12 @@ class BodyLimitMixin:
 
     body_too_large_code = "request_too_large"
 
-    def initial(self, request, *args, **kwargs):
-        super().initial(request, *args, **kwargs)
+    def check_permissions(self, request):
+        # After authentication, before the permission checks: a signed write's check reads the body.
+        self._check_body_length(request)
+        super().check_permissions(request)
+
+    def _check_body_length(self, request) -> None:
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -149,16 +133,16 @@ class FileUploadApi(BodyLimitMixin, APIView):
     """PUT /api/v1/files/<path> — store a file (raw UTF-8 body, or JSON {"content", "source"?, "mtime"?})."""
 
     required_scope = "write"
-    parser_classes = [JSONParser, RawTextParser]
+    parser_classes = [BoundedJSONParser, RawTextParser]
 
     class InputSerializer(serializers.Serializer):
         content = TextContentField()
         source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
-        mtime = MtimeField(required=False, allow_null=True)
+        mtime = ClientDatetimeField(required=False, allow_null=True)
 
     class QuerySerializer(serializers.Serializer):
         source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False)
-        mtime = MtimeField(required=False)
+        mtime = ClientDatetimeField(required=False)
 
     class OutputSerializer(FileOutputSerializer):
         job = serializers.IntegerField(source="job_id_or_none", allow_null=True)
@@ -248,8 +232,8 @@ class FileGetApi(APIView):
 
     class InputSerializer(serializers.Serializer):
         # "from" is a Python keyword, hence the explicit field name.
-        start = serializers.IntegerField(min_value=1, default=1)
-        lines = serializers.IntegerField(min_value=1, max_value=1000, default=50)
+        start = serializers.IntegerField(min_value=1, max_value=MEMORY_GET_MAX_FROM, default=1)
+        lines = serializers.IntegerField(min_value=1, max_value=MEMORY_GET_MAX_LINES, default=MEMORY_GET_DEFAULT_LINES)
 
     class OutputSerializer(serializers.Serializer):
         path = serializers.CharField()
@@ -261,9 +245,14 @@ class FileGetApi(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("from", {"type": "integer", "minimum": 1, "default": 1}, description="First line, 1-indexed."),
             OpenApiParameter(
-                "lines", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, description="How many lines."
+                "from", {"type": "integer", "minimum": 1, "maximum": MEMORY_GET_MAX_FROM, "default": 1},
+                description="First line, 1-indexed.",
+            ),
+            OpenApiParameter(
+                "lines",
+                {"type": "integer", "minimum": 1, "maximum": MEMORY_GET_MAX_LINES, "default": MEMORY_GET_DEFAULT_LINES},
+                description="How many lines.",
             ),
         ],
         responses=inline_serializer(
@@ -322,19 +311,19 @@ class WorkspaceSyncApi(BodyLimitMixin, APIView):
     """POST /api/v1/sync — the webhook: upsert content entries, diff hash-only ones, delete the unlisted."""
 
     required_scope = "write"
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     class InputSerializer(serializers.Serializer):
         class FileSerializer(serializers.Serializer):
-            path = serializers.CharField(trim_whitespace=False)
+            path = StrictCharField(trim_whitespace=False)
             content = TextContentField(required=False, allow_null=True)
-            hash = serializers.CharField(required=False, allow_null=True, allow_blank=True)
+            hash = StrictCharField(required=False, allow_null=True, allow_blank=True)
             source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
-            mtime = MtimeField(required=False, allow_null=True)
+            mtime = ClientDatetimeField(required=False, allow_null=True)
 
         files = FileSerializer(many=True)
-        delete_missing = serializers.BooleanField(default=False)
-        prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
+        delete_missing = StrictBooleanField(default=False)
+        prefix = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, default="")
 
     class OutputSerializer(serializers.Serializer):
         job = serializers.IntegerField(source="job.id", allow_null=True, default=None)
@@ -348,21 +337,7 @@ class WorkspaceSyncApi(BodyLimitMixin, APIView):
     def max_body_bytes(self) -> int:
         return settings.MEMORYHUB_MAX_SYNC_BYTES
 
-    def _check_signature(self, request) -> None:
-        secret = request.user.webhook_secret
-        if not secret:
-            return
-        expected = "sha256=" + hmac.new(secret.encode(), request.body, hashlib.sha256).hexdigest()
-        given = request.headers.get(SIGNATURE_HEADER, "")
-        if not hmac.compare_digest(given.strip().lower().encode(), expected.encode()):
-            raise ApiError(
-                status_code=401,
-                code="invalid_signature",
-                message=f"{SIGNATURE_HEADER} must be 'sha256=<hex HMAC-SHA256 of the raw body with the agent's webhook secret>'.",
-            )
-
     def post(self, request):
-        self._check_signature(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

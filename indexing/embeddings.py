@@ -4,8 +4,8 @@ Every provider has ``identity`` (indexing.embedding_identity.EmbeddingIdentity),
 ``embed_documents(texts) -> list[list[float]]`` (one vector per text, in order) and
 ``embed_query(text) -> list[float]``. ``get_provider()`` builds the configured one (None for ``none``).
 
-Errors: ``ProviderTransientError`` means "try again later" (429, 5xx, timeouts, connection errors
-once this module's own retries ran out); ``ProviderPermanentError`` means retrying will not help
+Errors: ``ProviderTransientError`` means "try again later" (429, 5xx, timeouts, connection errors,
+malformed answers, once this module's own retries ran out); ``ProviderPermanentError`` means retrying will not help
 (400/401/403/404, wrong vector size, a missing optional dependency). ``ProviderInputsRejected`` is the
 permanent error for *some* inputs of a call: it carries the vectors of every other input, so one bad
 input never costs the whole batch (the caller stores those and leaves the rejected texts without a
@@ -15,6 +15,7 @@ vector — keyword search still finds them).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -199,6 +200,10 @@ _TRANSIENT_STATUSES = {408, 409, 429}
 _REJECTED_INPUT_STATUSES = {400, 413, 422}
 
 
+class _MalformedAnswer(Exception):
+    """An HTTP 200 whose vectors cannot be used as they are."""
+
+
 class _RejectedRequest(Exception):
     """HTTP 400/413/422 for a request: maybe one bad input, maybe a bad request."""
 
@@ -217,7 +222,11 @@ class OpenAIProvider(EmbeddingProvider):
       ``dimensions``…) and ``ProviderPermanentError`` is raised without bisecting.
     - ``dimensions`` is sent when ``send_dimensions`` is ``always``, or for ``auto`` when the model is a
       text-embedding-3 model and the configured size differs from its native size. Every returned vector
-      must have the configured size, else ``ProviderPermanentError``.
+      must have the configured size; an answer of another size is retried, and ``ProviderPermanentError``
+      raised when every attempt had it (the configured dimensions are wrong).
+    - A malformed 200 (truncated JSON, missing fields, a wrong count of vectors, vectors of mixed sizes,
+      NaN) is retried like a 5xx, then ``ProviderTransientError``.
+    - ``embed_query`` makes one attempt of at most ``query_timeout`` seconds: a search is waiting.
     """
 
     def __init__(
@@ -232,12 +241,15 @@ class OpenAIProvider(EmbeddingProvider):
         max_input_tokens: int = 8191,
         retry: RetryPolicy = RetryPolicy(),
         send_dimensions: str = "auto",
+        query_timeout: float = 2.5,
     ) -> None:
         from openai import OpenAI
 
         self.identity = identity
         # Local OpenAI-compatible servers (Ollama, vLLM, TEI) need no key, but the SDK insists on one.
         self.client = OpenAI(api_key=api_key or "no-key", base_url=base_url or None, max_retries=0, timeout=timeout)
+        # Someone waits for a query embedding: one short attempt, the search falls back to keywords.
+        self.query_client = self.client.with_options(timeout=query_timeout)
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens
         self.max_input_tokens = max_input_tokens
@@ -261,6 +273,10 @@ class OpenAIProvider(EmbeddingProvider):
         if rejected:
             raise ProviderInputsRejected(vectors, rejected)
         return vectors  # type: ignore[return-value]
+
+    def embed_query(self, text: str) -> Vector:
+        inputs, _ = self._prepared([text])
+        return self._request(inputs, client=self.query_client, retry=RetryPolicy(max_retries=0))[0]
 
     def _prepared(self, texts: list[str]) -> tuple[list[str], list[int]]:
         encoding = get_encoding()
@@ -318,15 +334,17 @@ class OpenAIProvider(EmbeddingProvider):
             if half:
                 self._embed_isolating(half, inputs, token_counts, vectors, rejected)
 
-    def _request(self, inputs: list[str]) -> list[Vector]:
+    def _request(self, inputs: list[str], *, client=None, retry: RetryPolicy | None = None) -> list[Vector]:
         import openai
 
-        for attempt in range(self.retry.max_retries + 1):
+        client, retry = client or self.client, retry or self.retry
+        for attempt in range(retry.max_retries + 1):
             retry_after = None
             try:
-                response = self.client.embeddings.create(
+                response = client.embeddings.create(
                     input=inputs, model=self.identity.model, encoding_format="float", **self.extra
                 )
+                vectors = self._vectors_of(response, len(inputs))
                 break
             except openai.APIStatusError as exc:
                 status = exc.status_code
@@ -340,17 +358,36 @@ class OpenAIProvider(EmbeddingProvider):
                 message = "the embedding request timed out"
             except openai.APIConnectionError as exc:
                 message = f"cannot reach the embedding endpoint: {exc}"
-            except openai.OpenAIError as exc:  # malformed response and the like
-                raise ProviderPermanentError(f"unusable answer from the embedding endpoint: {exc}") from None
-            if attempt == self.retry.max_retries:
+            except ProviderPermanentError as exc:  # vectors of another size than configured
+                if attempt == retry.max_retries:
+                    raise  # every attempt: the configuration is wrong, not the answer
+                message = str(exc)
+            except (openai.OpenAIError, json.JSONDecodeError, _MalformedAnswer) as exc:
+                # A cut-off body (truncated JSON), a missing field, a wrong count of vectors, NaN: a proxy
+                # or an overloaded server answered badly. The same request usually works again.
+                message = f"malformed answer from the embedding endpoint: {exc.__class__.__name__}: {exc}"
+            if attempt == retry.max_retries:
                 raise ProviderTransientError(f"{message} (after {attempt + 1} attempts)")
-            delay = self.retry.delay(attempt, retry_after)
+            delay = retry.delay(attempt, retry_after)
             logger.info("embedding request failed (%s); retry %d in %.2fs", message, attempt + 1, delay)
             time.sleep(delay)
-        data = sorted(response.data, key=lambda item: item.index)
-        if len(data) != len(inputs):
-            raise ProviderPermanentError(f"the embedding endpoint returned {len(data)} vectors for {len(inputs)} inputs")
-        vectors = [list(item.embedding) for item in data]
+        return vectors
+
+    def _vectors_of(self, response, count: int) -> list[Vector]:
+        """The vectors of an answer, in input order; _MalformedAnswer unless there is exactly one finite
+        vector per input, all of one size, and ProviderPermanentError when that size is not the
+        configured one (retried all the same: only a size wrong every time is a configuration error)."""
+        try:  # the SDK does not validate answers: a missing field is None here
+            data = sorted(response.data, key=lambda item: item.index)
+            if len(data) != count or [item.index for item in data] != list(range(count)):
+                raise _MalformedAnswer(f"{len(data)} vectors for {count} inputs")
+            vectors = [[float(value) for value in item.embedding] for item in data]
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise _MalformedAnswer(f"{exc.__class__.__name__}: {exc}") from None
+        if len({len(vector) for vector in vectors}) > 1:
+            raise _MalformedAnswer(f"vectors of different sizes ({sorted({len(v) for v in vectors})})")
+        if not all(math.isfinite(value) for vector in vectors for value in vector):
+            raise _MalformedAnswer("a vector holds NaN or infinity")
         self._check_dimensions(vectors)
         return vectors
 
@@ -454,6 +491,7 @@ def _provider_key(identity: EmbeddingIdentity) -> tuple:
             settings.MEMORYHUB_EMBEDDING_RETRY_BASE_DELAY,
             settings.MEMORYHUB_EMBEDDING_RETRY_MAX_DELAY,
             settings.MEMORYHUB_EMBEDDING_SEND_DIMENSIONS,
+            settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT,
         )
     if identity.provider == "fake":
         return (identity, settings.MEMORYHUB_EMBEDDING_FAKE_LATENCY)
@@ -476,6 +514,7 @@ def _build(identity: EmbeddingIdentity) -> EmbeddingProvider:
                 max_delay=settings.MEMORYHUB_EMBEDDING_RETRY_MAX_DELAY,
             ),
             send_dimensions=settings.MEMORYHUB_EMBEDDING_SEND_DIMENSIONS,
+            query_timeout=settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT,
         )
     if identity.provider == "local":
         return LocalProvider(identity, batch_size=min(settings.MEMORYHUB_EMBEDDING_BATCH_SIZE, 128))

@@ -12,6 +12,7 @@ from django.db.models import Q
 from pgvector.django import VectorField
 
 from agents.models import Agent
+from memoryhub.fields import DATE_MAX, DATE_MIN
 
 # The text-search configuration of the keyword index. Changing it needs a migration that
 # regenerates Chunk.search_vector; queries must use the same configuration.
@@ -50,6 +51,9 @@ class IndexJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The outbox: set when the job's task could not be published (broker down); indexing/recovery.py
+    # publishes it again once the broker answers.
+    awaiting_dispatch = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -62,6 +66,8 @@ class IndexJob(models.Model):
                 name="indexjob_unfinished_idx",
                 condition=Q(state__in=["queued", "running", "failed"]),
             ),
+            # The outbox drain's scan: only the few jobs whose task was never published.
+            models.Index(fields=["created_at"], name="indexjob_awaiting_dispatch_idx", condition=Q(awaiting_dispatch=True)),
         ]
 
     def __str__(self) -> str:
@@ -108,6 +114,13 @@ class MemoryFile(models.Model):
         constraints = [
             # Serves every lookup by (agent, path): PUT/GET/DELETE files/<path> and sync diffs.
             models.UniqueConstraint(fields=["agent", "path"], name="memoryfile_agent_path_uniq"),
+            # A client's date that Python could not read back would break every page listing the row
+            # (memoryhub/fields.py validates input to the same range; this holds whatever writes it).
+            models.CheckConstraint(
+                condition=models.Q(client_mtime__isnull=True)
+                | models.Q(client_mtime__gte=DATE_MIN, client_mtime__lt=DATE_MAX),
+                name="memoryfile_client_mtime_range",
+            ),
         ]
         indexes = [
             # status.pending / status.failed counts and the admin's per-agent state filters.

@@ -1,7 +1,7 @@
 """Paths of memory files: one normal form, strict validation, and the source kind a path implies.
 
 A path names a file inside the agent's workspace: relative, POSIX separators, NFC-normalised Unicode,
-no ``..``, no ``.`` or empty segments, no control characters, bounded length. Two spellings of the same
+no ``..``, no ``.`` or empty segments, no control or invisible formatting characters, bounded length. Two spellings of the same
 file (``./memory/a.md`` and ``memory/a.md``) end up as one row; anything that could escape the workspace
 or confuse a client is refused with 400 ``invalid_path`` rather than "fixed" silently.
 
@@ -36,6 +36,10 @@ WORKSPACE_EXTENSIONS = frozenset(
 
 # C0 and C1 control characters and DEL; tab and newline have no business in a path either.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Invisible characters that make one path look like another in a citation: bidi overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069), zero-width spaces and joiners, the BOM, soft hyphens (all of
+# Unicode's "format" category), line and paragraph separators, and lone surrogates.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cs"})
 # "C:" as a first segment is a Windows absolute path.
 _DRIVE = re.compile(r"^[A-Za-z]:$")
 
@@ -44,12 +48,22 @@ def _invalid(message: str) -> ApiError:
     return ApiError(status_code=400, code="invalid_path", message=message)
 
 
+def _invisible(text: str) -> str | None:
+    """The first invisible or direction-changing character of ``text``, as U+XXXX, if any."""
+    for character in text:
+        if not character.isascii() and unicodedata.category(character) in _INVISIBLE_CATEGORIES:
+            return f"U+{ord(character):04X}"
+    return None
+
+
 def path_normalize(raw: str) -> str:
     """The stored form of a client-supplied path, or ApiError 400 invalid_path."""
     if not isinstance(raw, str) or raw == "":
-        raise _invalid("A path is required.")
+        raise _invalid("A path is required." if raw in ("", None) else "The path must be a string.")
     if _CONTROL.search(raw):
         raise _invalid("The path contains a NUL or control character.")
+    if invisible := _invisible(raw):
+        raise _invalid(f"The path contains an invisible or text-direction character ({invisible}).")
     if "\\" in raw:
         raise _invalid("Use '/' to separate folders; backslashes are not allowed in paths.")
     path = unicodedata.normalize("NFC", raw)
@@ -82,10 +96,14 @@ def prefix_normalize(raw: str | None) -> str:
 
     ``memory/`` selects a folder, ``memory`` also selects ``memory.md``: S3 semantics, said in the docs.
     """
-    if not raw:
+    if raw is None or raw == "":
         return ""
+    if not isinstance(raw, str):
+        raise _invalid("The prefix must be a string.")
     if _CONTROL.search(raw) or "\\" in raw:
         raise _invalid("The prefix contains a control character or a backslash.")
+    if invisible := _invisible(raw):
+        raise _invalid(f"The prefix contains an invisible or text-direction character ({invisible}).")
     prefix = unicodedata.normalize("NFC", raw)
     if prefix.startswith("/"):
         raise _invalid("The prefix must be relative to the workspace, not absolute.")

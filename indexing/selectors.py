@@ -55,7 +55,14 @@ def file_get(*, agent: Agent, path: str) -> MemoryFile:
     return memory_file
 
 
-def file_read_lines(*, agent: Agent, path: str, start: int = 1, lines: int = 50) -> dict:
+# memory_get's bounds, for the REST endpoint and the tool alike. No file can have more lines than
+# bytes, so a "from" past MEMORYHUB_MAX_FILE_BYTES is a client bug, not a request for an empty page.
+MEMORY_GET_DEFAULT_LINES = 50
+MEMORY_GET_MAX_LINES = 1000
+MEMORY_GET_MAX_FROM = 100_000_000
+
+
+def file_read_lines(*, agent: Agent, path: str, start: int = 1, lines: int = MEMORY_GET_DEFAULT_LINES) -> dict:
     """memory_get: ``lines`` lines of a file from line ``start`` (1-indexed), as the chunker numbers them
     (split on "\\n"; a final newline does not start another line)."""
     memory_file = file_get(agent=agent, path=path)

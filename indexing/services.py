@@ -10,7 +10,7 @@ Concurrency, in short:
 - writes of one agent are serialised by a row lock on the Agent (quotas stay exact, and two uploads of
   one path cannot interleave);
 - lock order, everywhere: the Agent row (web side only, FOR NO KEY UPDATE), then MemoryFile rows in
-  ascending id (``_files_lock``), then their chunks, then IndexJob rows. A path that deletes or replaces
+  ascending id (``files_lock``), then their chunks, then IndexJob rows. A path that deletes or replaces
   chunks locks their files first. (Deleting chunks before locking their file, or a plain FOR UPDATE on the
   Agent that blocks the FOR KEY SHARE of the chunks' foreign-key check at a worker's commit, deadlocked
   a sync against a worker.) Web writes that still meet a deadlock are retried (``_lock_conflict_retry``);
@@ -43,6 +43,7 @@ from indexing.chunking import ChunkSpan, chunk_markdown
 from indexing.embedding_identity import configured_identity
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize, source_resolve
+from indexing.recovery import claimed_files_lease, job_enqueue_on_commit
 from indexing.transcripts import chunk_transcript
 from memoryhub import metrics
 from memoryhub.errors import ApiError, is_lock_conflict
@@ -110,7 +111,7 @@ def _agent_lock(agent: Agent) -> None:
     Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).values_list("pk", flat=True).first()
 
 
-def _files_lock(file_ids) -> list[int]:
+def files_lock(file_ids) -> list[int]:
     """Lock MemoryFile rows in ascending id order (the one lock order of every path that touches their
     chunks or state) until the transaction ends. Returns the ids that still exist."""
     ids = sorted(set(file_ids))
@@ -125,7 +126,7 @@ def _files_update(files, **fields) -> int:
     """``files.update(**fields)`` after locking the rows in id order: a plain multi-row UPDATE locks them
     in scan order and could deadlock with a sync or a worker holding some of them."""
     with transaction.atomic():
-        ids = _files_lock(files.values_list("id", flat=True))
+        ids = files_lock(files.values_list("id", flat=True))
         return files.filter(pk__in=ids).update(**fields) if ids else 0
 
 
@@ -186,10 +187,8 @@ def _quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> None:
 
 
 def _enqueue(job: IndexJob) -> None:
-    from indexing.tasks import index_job_task
-
-    job_id = job.id
-    transaction.on_commit(lambda: index_job_task.delay(job_id))
+    # On commit, with the outbox behind it: a broker that is down never fails the write (indexing/recovery.py).
+    job_enqueue_on_commit(job)
 
 
 @_lock_conflict_retry
@@ -361,7 +360,7 @@ def workspace_sync(
 
         # Every existing file this sync rewrites or deletes, locked in id order before any of their chunks
         # is touched: a worker replacing one of them finishes (or is superseded) first.
-        _files_lock(
+        files_lock(
             [current.pk for _, current in to_update]
             + [current.pk for _, current in to_resource]
             + [file_id for file_id, _, _ in doomed]
@@ -430,7 +429,7 @@ def file_delete(*, agent: Agent, path: str) -> IndexJob:
         memory_file = MemoryFile.objects.filter(agent=agent, path=path).only("id").first()
         if memory_file is None:
             raise ApiError(status_code=404, code="not_found", message=f"No file {path!r}.")
-        _files_lock([memory_file.pk])  # before its chunks (lock order)
+        files_lock([memory_file.pk])  # before its chunks (lock order)
         chunks_removed = Chunk.objects.filter(file_id=memory_file.pk).count()
         memory_file.delete()
         return IndexJob.objects.create(
@@ -445,7 +444,7 @@ def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bo
         return None
     with transaction.atomic():
         _agent_lock(agent)
-        file_ids = _files_lock(file_ids)  # an unordered multi-row UPDATE could deadlock with a worker
+        file_ids = files_lock(file_ids)  # an unordered multi-row UPDATE could deadlock with a worker
         job = IndexJob.objects.create(agent=agent, trigger=trigger, files_seen=len(file_ids))
         update = {"state": State.PENDING, "job": job, "updated_at": timezone.now()}
         if force:
@@ -583,14 +582,20 @@ def files_index(
     Embedding failures never lose the chunks: they are written without the missing vectors (keyword
     search finds them), the files are marked failed with the reason, and a ProviderTransientError is
     re-raised afterwards so the caller can retry. ``defer_embedding`` (a reason) skips the provider
-    altogether with the same outcome — used once a job has met a transient error.
+    altogether with the same outcome — used once a job has met a transient error. While the batch
+    runs, its files' lease is renewed (a dead worker's files are recovered: indexing/recovery.py).
     """
-    from indexing.embedding_cache import embed_texts
-    from indexing.embeddings import ProviderError, ProviderTransientError, get_provider
-
     claimed = _claim(file_ids=file_ids, job_id=job_id)
     if not claimed:
         return []
+    with claimed_files_lease(claimed):
+        return _files_index_claimed(claimed=claimed, provider=provider, job_id=job_id, defer_embedding=defer_embedding)
+
+
+def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, defer_embedding: str) -> list[FileIndexOutcome]:
+    from indexing.embedding_cache import embed_texts
+    from indexing.embeddings import ProviderError, ProviderTransientError, get_provider
+
     try:
         files = list(MemoryFile.objects.select_related("agent").filter(pk__in=claimed).order_by("id"))
         outcomes = {f.pk: FileIndexOutcome(file_id=f.pk) for f in files}
@@ -669,7 +674,7 @@ def files_index(
         if not isinstance(exc, ProviderError):
             # A bug must not leave files "indexing" forever: mark them failed, then fail loudly.
             with transaction.atomic():
-                _files_lock(claimed)  # lock order, as everywhere
+                files_lock(claimed)  # lock order, as everywhere
                 MemoryFile.objects.filter(pk__in=claimed, state=State.INDEXING).update(
                     state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000],
                     failures=F("failures") + 1, updated_at=timezone.now(),
@@ -704,7 +709,7 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
     upload's job."""
     now = timezone.now()
     with transaction.atomic():
-        _files_lock([f.pk for f in files])  # ascending id, like every web path (lock order)
+        files_lock([f.pk for f in files])  # ascending id, like every web path (lock order)
         current = {
             row["id"]: row
             for row in MemoryFile.objects.filter(pk__in=[f.pk for f in files]).values("id", "content_hash", "source", "job_id")
@@ -902,6 +907,21 @@ def index_job_retry(*, job: IndexJob) -> bool:
     return bool(claimed)
 
 
+def files_requeue_under_new_job(*, agent_id: int, file_ids: list[int], now: datetime | None = None) -> IndexJob:
+    """Queue files again under a new ``schedule`` job (the periodic sweeps: orphaned, failed, recovered)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        files_lock(file_ids)  # lock order, before the multi-row UPDATEs
+        job = IndexJob.objects.create(agent_id=agent_id, trigger=Trigger.SCHEDULE, files_seen=len(file_ids))
+        # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
+        MemoryFile.objects.filter(id__in=file_ids, state__in=[State.PENDING, State.INDEXING]).update(
+            state=State.PENDING, job=job, updated_at=now
+        )
+        MemoryFile.objects.filter(id__in=file_ids, state=State.FAILED).update(job=job, updated_at=now)
+        _enqueue(job)
+    return job
+
+
 @dataclass
 class MaintenanceOutcome:
     stuck_jobs: int = 0
@@ -962,15 +982,7 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
         for agent_id, file_id in rows:
             by_agent.setdefault(agent_id, []).append(file_id)
         for agent_id, file_ids in by_agent.items():
-            with transaction.atomic():
-                _files_lock(file_ids)  # lock order, before the multi-row UPDATEs
-                job = IndexJob.objects.create(agent_id=agent_id, trigger=Trigger.SCHEDULE, files_seen=len(file_ids))
-                # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
-                MemoryFile.objects.filter(id__in=file_ids, state__in=[State.PENDING, State.INDEXING]).update(
-                    state=State.PENDING, job=job, updated_at=now
-                )
-                MemoryFile.objects.filter(id__in=file_ids, state=State.FAILED).update(job=job, updated_at=now)
-                _enqueue(job)
+            job = files_requeue_under_new_job(agent_id=agent_id, file_ids=file_ids, now=now)
             setattr(outcome, trigger_count, getattr(outcome, trigger_count) + len(file_ids))
             outcome.jobs.append(job.id)
 

@@ -6,10 +6,15 @@ number of retries; when they run out, or on any other error, the job is marked f
 and its files stay keyword-searchable until the periodic task tries them again.
 """
 
+import logging
+
 from celery import Task, shared_task
+from celery.signals import worker_ready
 from django.conf import settings
 
 from indexing.embeddings import ProviderTransientError
+
+logger = logging.getLogger(__name__)
 
 
 class IndexJobTask(Task):
@@ -77,3 +82,23 @@ def index_maintenance_task() -> dict:
         "retried_failed": outcome.retried_failed,
         "reembed_jobs": outcome.reembed_jobs,
     }
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def index_recovery_task() -> dict:
+    """Periodic (CELERY_BEAT_SCHEDULE) and at worker start: the outbox, dead workers' files, failed files
+    once the provider answers again (indexing/recovery.py)."""
+    from indexing.recovery import index_recovery
+
+    outcome = index_recovery()
+    return {"dispatched": outcome.dispatched, "recovered_jobs": outcome.recovered_jobs, "retried_jobs": outcome.retried_jobs}
+
+
+@worker_ready.connect
+def _recover_when_a_worker_starts(sender=None, **kwargs) -> None:
+    # Whatever a previous worker left (the outbox, files whose lease ran out) is sent on at once,
+    # not at the next beat tick; the work itself runs on this worker like any other task.
+    try:
+        index_recovery_task.apply_async(retry=False)
+    except Exception:
+        logger.exception("could not queue the recovery task at worker start")

@@ -7,7 +7,7 @@ DRF exceptions keep their status; anything unexpected becomes a plain 500 with n
 import logging
 
 import psycopg
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions, status
@@ -31,6 +31,30 @@ def is_lock_conflict(exc: BaseException) -> bool:
     """A transaction Postgres aborted because of concurrent writers (deadlock, serialization failure):
     nothing of it was written and running it again normally succeeds."""
     return isinstance(exc, OperationalError) and isinstance(exc.__cause__, _LOCK_CONFLICTS)
+
+
+# Seconds a client is asked to wait when the database does not answer (a restart, a failover).
+DATABASE_RETRY_AFTER_SECONDS = 5
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """The database could not be reached or dropped the connection (server stopped, restarting,
+    out of connection slots), as opposed to a query it refused or a lock conflict."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError) or is_lock_conflict(exc):
+        return False
+    cause = exc.__cause__
+    # A cancelled statement (statement_timeout) is the query's own failure, not an outage.
+    return not isinstance(cause, psycopg.errors.QueryCanceled)
+
+
+def database_unavailable_body(exc: BaseException | None = None) -> dict:
+    """The 503 body for ``is_database_unavailable``: the database is down, or (a pool timeout) every
+    connection of this server is busy."""
+    if exc is not None and exc.__cause__ is not None and exc.__cause__.__class__.__name__ == "PoolTimeout":
+        return error_body("server_busy", "Every database connection of this server is in use. Try again shortly.")
+    return error_body("database_unavailable", "The database is not answering. Try again shortly.")
 
 
 def error_body(code: str, message: str) -> dict:
@@ -77,12 +101,22 @@ def api_exception_handler(exc, context):
         )
         response["Retry-After"] = "1"
         return response
+    if is_database_unavailable(exc):
+        logger.error("database unavailable in %s: %s", context.get("view").__class__.__name__, exc)
+        response = Response(database_unavailable_body(exc), status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+        return response
     logger.exception("unhandled error in %s", context.get("view").__class__.__name__)
     return Response(error_body("server_error", "Internal server error."), status=500)
 
 
 def _wants_json(request) -> bool:
     return not request.path.startswith("/admin/")
+
+
+def is_api_path(path: str) -> bool:
+    """Paths whose every answer, errors included, is JSON: the REST API and the MCP endpoint."""
+    return path.startswith("/api/") or path == "/mcp" or path.startswith("/mcp/")
 
 
 def handler404(request, exception=None):

@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime, timezone
 
 from celery import signals
+from django.urls import Resolver404, resolve
 
 logger = logging.getLogger("memoryhub.requests")
 task_logger = logging.getLogger("memoryhub.tasks")
@@ -105,8 +106,11 @@ class TextFormatter(logging.Formatter):
 
 def _route(request) -> str:
     match = getattr(request, "resolver_match", None)
-    if match is None:
-        return "unmatched"
+    if match is None:  # answered before URL resolution (a middleware's 429 or 503), or an unknown URL
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            return "unmatched"
     return match.view_name or "unnamed"
 
 

@@ -17,6 +17,8 @@ from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import serializers
 from rest_framework.parsers import JSONParser
 
+from memoryhub.fields import DATE_MAX, DATE_MIN
+
 ERROR_DESCRIPTIONS = {
     400: "Invalid input (bad parameter, body or path).",
     401: "Missing, malformed, unknown, revoked or expired token (or a bad webhook signature).",
@@ -26,7 +28,8 @@ ERROR_DESCRIPTIONS = {
     413: "Body, file or per-agent quota too large; the message gives the numbers.",
     415: "Unsupported media type, binary content, invalid encoding or file type.",
     422: "The request is well-formed but inconsistent (e.g. source vs path).",
-    429: "Too many requests.",
+    429: "Too many requests for this token (rate_limited); Retry-After says when to try again.",
+    503: "Busy or a dependency is down (server_busy, database_unavailable, search_timeout); Retry-After says when to try again.",
 }
 
 
@@ -57,15 +60,18 @@ class TextContentFieldSchema(OpenApiSerializerFieldExtension):
         return {"type": "string", "description": "The file's text, UTF-8, as is."}
 
 
-class MtimeFieldSchema(OpenApiSerializerFieldExtension):
-    target_class = "indexing.apis.MtimeField"
+class ClientDatetimeFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = "memoryhub.fields.ClientDatetimeField"
 
     def map_serializer_field(self, auto_schema, direction):
         if direction == "response":
             return {"type": "string", "format": "date-time"}
         return {
-            "oneOf": [{"type": "string", "format": "date-time"}, {"type": "number", "minimum": 0}],
-            "description": "The client's modification time: ISO 8601, or Unix seconds.",
+            "oneOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "number", "minimum": DATE_MIN.timestamp(), "maximum": DATE_MAX.timestamp() - 1},
+            ],
+            "description": f"ISO 8601 (offsets up to ±14:00), or Unix seconds; from {DATE_MIN:%Y-%m-%d} to {DATE_MAX:%Y-%m-%d} UTC.",
         }
 
 
@@ -125,7 +131,7 @@ class AutoSchema(openapi.AutoSchema):
     def _error_statuses(self) -> list[int]:
         statuses = set(getattr(self.view, "openapi_error_statuses", ()))
         if self.get_auth():
-            statuses |= {401, 403}
+            statuses |= {401, 403, 429}  # every authenticated call counts against the token's rates
         has_input = self._get_parameters() or self._body_methods()
         if has_input:
             statuses.add(400)

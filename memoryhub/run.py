@@ -1,8 +1,8 @@
 """`make run`: everything a developer needs, in one foreground command.
 
 Starts the embedded PostgreSQL (unless DATABASE_URL is set), migrates, creates a `demo` agent and
-prints a fresh token with a ready-to-paste curl line, then serves the web app on 127.0.0.1:$PORT and
-runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
+prints a fresh token with a ready-to-paste curl line, then serves the web app on 127.0.0.1:$PORT with
+gunicorn (memoryhub/gunicorn_conf.py) and runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
 in the web process instead, and this command says so. Ctrl-C stops everything it started.
 """
 
@@ -88,8 +88,15 @@ def main() -> int:
         )
         say(f"API docs at http://127.0.0.1:{port}/api/docs/, MCP endpoint at http://127.0.0.1:{port}/mcp")
 
+        # The production server with a bounded pool (memoryhub/gunicorn_conf.py), not runserver: under
+        # load runserver opened a database connection per request thread until Postgres refused clients.
         processes.append(
-            subprocess.Popen([PYTHON, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=BASE_DIR, env=env)
+            subprocess.Popen(
+                [PYTHON, "-m", "gunicorn", "-c", "python:memoryhub.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+                 "memoryhub.wsgi:application"],
+                cwd=BASE_DIR,
+                env=env,
+            )
         )
         if use_worker:
             processes.append(

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from django.core.exceptions import ImproperlyConfigured
 
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from memoryhub.ratelimit import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -41,7 +42,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "agents.throttles.RateLimitedTokensMiddleware",  # 429 before anything else for a token told to wait
     "django.middleware.security.SecurityMiddleware",
+    "memoryhub.middleware.ApiJsonErrorsMiddleware",  # JSON 404/500/503 on /api/ and /mcp, in every mode
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -50,9 +53,11 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-if not DEBUG:
-    # Serves the admin's collected static files under gunicorn (runserver does it in DEBUG).
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+# Serves the admin's static files under gunicorn: collected ones in production, straight from the apps
+# in DEBUG (`make run`), so no collectstatic step is needed there.
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "whitenoise.middleware.WhiteNoiseMiddleware")
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
 
 ROOT_URLCONF = "memoryhub.urls"
 WSGI_APPLICATION = "memoryhub.wsgi.application"
@@ -119,6 +124,20 @@ DATABASES = {
         **_database,
     }
 }
+# A bounded pool of connections per web process (gunicorn's config turns it on with one connection per
+# thread: memoryhub/gunicorn_conf.py). 0 = no pool: one persistent connection per thread, as the Celery
+# workers use (a pool must not cross their fork). A request that waits longer than the timeout for a
+# connection is answered 503 server_busy with Retry-After.
+MEMORYHUB_DB_POOL_SIZE = env_int("MEMORYHUB_DB_POOL_SIZE", 0, minimum=0, maximum=100)
+MEMORYHUB_DB_POOL_TIMEOUT = env_float("MEMORYHUB_DB_POOL_TIMEOUT", 10.0, minimum=0.1)
+if MEMORYHUB_DB_POOL_SIZE:
+    # The pool keeps the connections (Django must not), and checks each one it hands out
+    # (CONN_HEALTH_CHECKS), so a connection broken by a database restart is replaced, not used.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"]["OPTIONS"],
+        "pool": {"min_size": 1, "max_size": MEMORYHUB_DB_POOL_SIZE, "timeout": MEMORYHUB_DB_POOL_TIMEOUT, "max_idle": 300},
+    }
 
 # --- Celery on Redis -----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -129,6 +148,17 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("MEMORYHUB_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_TIME_LIMIT = env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The queue every task is sent to and every worker reads: give each deployment that shares a Redis its own.
+CELERY_TASK_DEFAULT_QUEUE = env_str("MEMORYHUB_TASK_QUEUE") or "celery"
+# With acks_late, a message a worker took but never acknowledged (the worker was killed) goes back to
+# the queue once this many seconds have passed: longer than any task may run (MEMORYHUB_TASK_TIME_LIMIT),
+# or a slow task would be handed to a second worker while it still runs. The lease below usually
+# recovers a dead worker's files far sooner.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1) + 240,
+    # Publishing from a web request must not hang when Redis is unreachable (the outbox takes over).
+    "socket_connect_timeout": 2,
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Without a broker (`make run` on a machine without Redis), tasks run in the web process.
 CELERY_TASK_ALWAYS_EAGER = env_bool("MEMORYHUB_TASKS_EAGER", False)
@@ -201,10 +231,22 @@ MEMORYHUB_INDEX_RETRY_FAILED_AFTER = env_int("MEMORYHUB_INDEX_RETRY_FAILED_AFTER
 # ... and after twice that following a second failure, and so on; after this many failures in a row the
 # file stays failed until its content changes or an operator re-indexes it (each retry costs embedding calls).
 MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS = env_int("MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS", 8, minimum=1, maximum=1000)
+# A worker touches the files it is indexing every MEMORYHUB_INDEX_LEASE_SECONDS / 3 seconds; a file
+# still "indexing" without a touch for MEMORYHUB_INDEX_LEASE_SECONDS belonged to a worker that died
+# (killed, out of memory, machine lost) and goes back to the queue.
+MEMORYHUB_INDEX_LEASE_SECONDS = env_int("MEMORYHUB_INDEX_LEASE_SECONDS", 60, minimum=6)
+# Seconds between runs of the recovery task: abandoned files, jobs the broker never received (the
+# outbox), and failed files retried once a probe shows the embedding provider answers again.
+MEMORYHUB_INDEX_RECOVERY_INTERVAL = env_int("MEMORYHUB_INDEX_RECOVERY_INTERVAL", 15, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "indexing-maintenance": {
         "task": "indexing.tasks.index_maintenance_task",
         "schedule": float(MEMORYHUB_INDEX_MAINTENANCE_INTERVAL),
+    },
+    "indexing-recovery": {
+        "task": "indexing.tasks.index_recovery_task",
+        "schedule": float(MEMORYHUB_INDEX_RECOVERY_INTERVAL),
+        "options": {"expires": float(MEMORYHUB_INDEX_RECOVERY_INTERVAL)},  # ticks missed while down are not piled up
     },
 }
 
@@ -272,6 +314,17 @@ MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE",
 # times this factor; 0 = one snippet per hit. 0.7 measured best on LoCoMo (README, "Search quality").
 MEMORYHUB_SEARCH_SECOND_SNIPPET = env_float("MEMORYHUB_SEARCH_SECOND_SNIPPET", 0.7, minimum=0, maximum=1)
 
+# Bounds of one search (search/deadline.py): every query it sends stops after STATEMENT_TIMEOUT_MS, and
+# the whole search after DEADLINE_MS, answering what it has by then (a 503 search_timeout when nothing).
+MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = env_int("MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS", 3000, minimum=1)
+MEMORYHUB_SEARCH_DEADLINE_MS = env_int("MEMORYHUB_SEARCH_DEADLINE_MS", 6000, minimum=1)
+# The query embedding (search/query_breaker.py): seconds it may take in all, one attempt; after
+# BREAKER_FAILURES consecutive failures vector search is skipped for BREAKER_COOLDOWN seconds (state
+# shared by every web process through REDIS_URL), then one search probes the provider again.
+MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT", 2.5, minimum=0.1)
+MEMORYHUB_SEARCH_BREAKER_FAILURES = env_int("MEMORYHUB_SEARCH_BREAKER_FAILURES", 3, minimum=1)
+MEMORYHUB_SEARCH_BREAKER_COOLDOWN = env_float("MEMORYHUB_SEARCH_BREAKER_COOLDOWN", 30.0, minimum=0.1)
+
 # Vector index (search/vector.py, search/vector_index.py). pgvector#259: an HNSW index over every agent
 # loses recall once the query is filtered to one agent, so small agents are searched exactly and big
 # agents get a partial HNSW index of their own, built in the background by the `vector_indexes` task.
@@ -332,12 +385,29 @@ SPECTACULAR_SETTINGS = {
 # How often a token's last-used time is written (seconds); a write per request would be wasteful.
 MEMORYHUB_TOKEN_LAST_USED_INTERVAL = env_int("MEMORYHUB_TOKEN_LAST_USED_INTERVAL", 60, minimum=0)
 
+# Request rates per token, counted in Redis across web processes ("600/min"; units s, min, hour, day;
+# 0 = no limit). Past a limit: 429 rate_limited with Retry-After. `search` covers POST search, tool
+# calls and MCP tool calls; `write` PUT and DELETE of files; `sync` the webhook; `read` the rest.
+MEMORYHUB_RATE_LIMITS = {
+    "search": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SEARCH", "600/min"), name="MEMORYHUB_RATE_LIMIT_SEARCH"),
+    "write": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_WRITE", "600/min"), name="MEMORYHUB_RATE_LIMIT_WRITE"),
+    "sync": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SYNC", "120/min"), name="MEMORYHUB_RATE_LIMIT_SYNC"),
+    "read": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_READ", "1200/min"), name="MEMORYHUB_RATE_LIMIT_READ"),
+}
+# Admin login: after this many failed attempts for one username from one address, that pair is locked
+# out (even with the right password) until this many seconds pass without another attempt.
+MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)
+MEMORYHUB_ADMIN_LOGIN_LOCKOUT_SECONDS = env_int("MEMORYHUB_ADMIN_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# How far a signed write's timestamp may be from the server's clock (agents with a webhook secret).
+MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS = env_int("MEMORYHUB_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1, maximum=86400)
+
 # --- REST framework ------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agents.authentication.AgentTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["agents.permissions.HasAgentToken"],
+    "DEFAULT_THROTTLE_CLASSES": ["agents.throttles.TokenRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["memoryhub.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "memoryhub.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

@@ -6,28 +6,29 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from indexing.apis import MtimeField
 from indexing.models import MemoryFile
 from indexing.paths import prefix_normalize
+from memoryhub.fields import ClientDatetimeField, StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
 from search.services import MODES, memory_search
 from search.types import SearchFilters
 
 
 class SearchApi(APIView):
     required_scope = "read"
+    openapi_error_statuses = (503,)  # search_timeout: nothing found before the search's deadline
 
     class InputSerializer(serializers.Serializer):
-        query = serializers.CharField(trim_whitespace=False, allow_blank=True)
-        max_results = serializers.IntegerField(required=False, allow_null=True)
-        min_score = serializers.FloatField(required=False, allow_null=True)
+        query = StrictCharField(trim_whitespace=False, allow_blank=True)
+        max_results = StrictIntegerField(required=False, allow_null=True)
+        min_score = StrictFloatField(required=False, allow_null=True)
         mode = serializers.ChoiceField(choices=MODES, required=False, allow_null=True)
         sources = serializers.ListField(
             child=serializers.ChoiceField(choices=MemoryFile.Source.values), required=False, allow_empty=True
         )
-        path_prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-        modified_since = MtimeField(required=False, allow_null=True)
-        modified_until = MtimeField(required=False, allow_null=True)
-        explain = serializers.BooleanField(required=False, default=False)
+        path_prefix = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+        modified_since = ClientDatetimeField(required=False, allow_null=True)
+        modified_until = ClientDatetimeField(required=False, allow_null=True)
+        explain = StrictBooleanField(required=False, default=False)
 
     class OutputSerializer(serializers.Serializer):
         class ResultSerializer(serializers.Serializer):

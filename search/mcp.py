@@ -10,7 +10,6 @@ version is accepted; clients that probe for the newer stateless era (``server/di
 which versions this server speaks and fall back to ``initialize``.
 """
 
-import json
 import logging
 from importlib.metadata import PackageNotFoundError, version as package_version
 from urllib.parse import urlsplit
@@ -25,7 +24,9 @@ from rest_framework import exceptions
 
 from agents.authentication import AgentTokenAuthentication
 from agents.models import AgentToken
-from memoryhub.errors import ApiError
+from agents.throttles import RateLimited, rate_limit_check
+from memoryhub.errors import ApiError, is_database_unavailable
+from memoryhub.parsers import JsonTooDeep, json_loads_bounded
 from search.tools import TOOL_RUNNERS, tool_definitions, tool_run
 
 logger = logging.getLogger("memoryhub.mcp")
@@ -33,6 +34,9 @@ logger = logging.getLogger("memoryhub.mcp")
 # Newest first: an initialize asking for a version not listed here is answered with the newest.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 PROTOCOL_VERSION_HEADER = "MCP-Protocol-Version"
+
+# Every message of a batch runs a search or a read: a batch is bounded like any other request's work.
+MAX_BATCH_MESSAGES = 20
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 UNSUPPORTED_PROTOCOL_VERSION = -32022
@@ -99,10 +103,10 @@ class McpView(View):
         refusal = self._check_origin(request)
         if refusal is not None:
             return refusal
-        agent_or_refusal = self._authenticate(request)
-        if isinstance(agent_or_refusal, JsonResponse):
-            return agent_or_refusal
-        agent = agent_or_refusal
+        outcome = self._authenticate(request)
+        if isinstance(outcome, JsonResponse):
+            return outcome
+        agent, token = outcome
 
         protocol_version = request.headers.get(PROTOCOL_VERSION_HEADER)
         if protocol_version and protocol_version not in PROTOCOL_VERSIONS:
@@ -114,13 +118,26 @@ class McpView(View):
             )
 
         try:
-            payload = json.loads(request.body)
-        except (UnicodeDecodeError, ValueError):
+            payload = json_loads_bounded(request.body)
+        except JsonTooDeep as exc:
+            return _http_error(400, PARSE_ERROR, f"Parse error: {exc}")
+        except ValueError:  # also UnicodeDecodeError
             return _http_error(400, PARSE_ERROR, "Parse error: the body must be a JSON-RPC message.")
+
+        messages = payload if isinstance(payload, list) else [payload]
+        if any(isinstance(message, dict) and message.get("method") == "tools/call" for message in messages):
+            try:
+                rate_limit_check(token=token, bucket="search")
+            except RateLimited as exc:
+                return _http_error(429, INVALID_REQUEST, str(exc.detail), headers={"Retry-After": str(exc.wait)})
 
         if isinstance(payload, list):
             if not payload:
                 return _http_error(400, INVALID_REQUEST, "An empty batch is not a JSON-RPC request.")
+            if len(payload) > MAX_BATCH_MESSAGES:
+                return _http_error(
+                    400, INVALID_REQUEST, f"A batch holds at most {MAX_BATCH_MESSAGES} messages ({len(payload)} sent)."
+                )
             replies = [reply for message in payload if (reply := self._handle(agent, message)) is not None]
             return JsonResponse(replies, safe=False) if replies else HttpResponse(status=202)
         reply = self._handle(agent, payload)
@@ -154,7 +171,7 @@ class McpView(View):
         agent, token = outcome
         if not token.has_scope(AgentToken.Scope.READ):
             return _http_error(403, FORBIDDEN, "This token lacks the 'read' scope.")
-        return agent
+        return agent, token
 
     # --- JSON-RPC ------------------------------------------------------------------------------
 
@@ -181,7 +198,9 @@ class McpView(View):
             return _result(request_id, handler(self, agent, params))
         except McpError as exc:
             return _error(request_id, exc.code, exc.message)
-        except Exception:
+        except Exception as exc:
+            if is_database_unavailable(exc):
+                raise  # the middleware answers 503 with Retry-After: the whole request failed, not this call
             logger.exception("MCP %s failed", method)
             return _error(request_id, INTERNAL_ERROR, "Internal error.")
 

@@ -4,6 +4,11 @@ query → validate → embed the query (LRU-cached) → vector and keyword candi
 a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → min_score →
 overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
 
+Bounds (search/deadline.py, search/query_breaker.py): every query runs under a statement timeout within
+the search's deadline, the query embedding has a short time limit of its own behind a circuit breaker,
+and snippet work is bounded by the snippet budget; a half that runs out of time is left out (the message
+says so), and a search that found nothing in time answers 503.
+
 Score scale (0..1, see fusion.py): with the default weighted fusion, 0.5 × cosine similarity +
 0.5 × keyword score (BM25 scaled so the query's best keyword hit is 1). The best exact keyword hit with
 no vector support scores 0.5, so the default min_score of 0.1 never drops it.
@@ -28,7 +33,9 @@ from indexing.models import Chunk, MemoryFile
 from memoryhub import metrics
 from memoryhub.errors import ApiError
 from search.fusion import Candidate, fuse, overlaps_deferred
+from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
+from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
 from search.vector import vector_candidates
@@ -38,6 +45,7 @@ logger = logging.getLogger(__name__)
 MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
 _DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\.md$")
+_TIMED_OUT = "The search did not finish in time (the database is slow or busy). Try again."
 
 
 def _bad_request(message: str) -> ApiError:
@@ -50,9 +58,10 @@ _query_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
 _query_cache_lock = threading.Lock()
 
 
-def query_embedding(*, provider, text: str) -> list[float]:
+def query_embedding(*, provider, text: str, timeout: float | None = None) -> list[float]:
     """The provider's vector for a query; the last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
-    (agents repeat questions, and an embedding call costs far more than the search itself)."""
+    (agents repeat questions, and an embedding call costs far more than the search itself). The call
+    is bounded in time and guarded by the circuit breaker (search/query_breaker.py)."""
     size = settings.MEMORYHUB_SEARCH_QUERY_CACHE_SIZE
     key = (provider.identity.key, text)
     with _query_cache_lock:
@@ -61,8 +70,12 @@ def query_embedding(*, provider, text: str) -> list[float]:
             _query_cache.move_to_end(key)
             metrics.embedding_cache_hits(kind="query", hits=1)
             return vector
+    if timeout is None:
+        timeout = settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT
     try:
-        vector = list(provider.embed_query(text))
+        vector = embed_query_bounded(provider=provider, text=text, timeout=timeout)
+    except BreakerOpen:
+        raise  # the provider was not called
     except Exception:
         metrics.embedding_observe(kind="query", inputs=1, error=True)
         raise
@@ -168,7 +181,26 @@ def memory_search(
     filters: SearchFilters | None = None,
     explain: bool = False,
 ) -> SearchResponse:
-    """Search one agent's memory. Raises ApiError (400) for bad input; see the module docstring."""
+    """Search one agent's memory. Raises ApiError (400) for bad input, SearchUnavailable (503) when
+    nothing was found before the deadline; see the module docstring."""
+    with SearchDeadline() as deadline:
+        return _memory_search(
+            agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
+            explain=explain, deadline=deadline,
+        )
+
+
+def _memory_search(
+    *,
+    agent: Agent,
+    query: str,
+    max_results: int | None,
+    min_score: float | None,
+    mode: str | None,
+    filters: SearchFilters | None,
+    explain: bool,
+    deadline: SearchDeadline,
+) -> SearchResponse:
     started = time.perf_counter()
     query = _clean_query(query)
     limit = settings.MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT
@@ -185,8 +217,14 @@ def memory_search(
     used_mode = mode or "hybrid"
     identity = configured_identity()
     embedding: list[float] | None = None
+    try:
+        with deadline.queries():
+            pending = _pending_files(agent=agent)
+            has_vectors = used_mode != "keyword" and identity.has_vectors and _agent_has_vectors(agent=agent, identity=identity)
+    except SearchTimedOut:
+        raise SearchUnavailable(_TIMED_OUT) from None
     if used_mode in ("hybrid", "vector"):
-        embedding, why_not = _embed_for_search(agent=agent, identity=identity, query=query)
+        embedding, why_not = _embed_for_search(identity=identity, query=query, has_vectors=has_vectors, deadline=deadline)
         if embedding is None:
             notes.append(f"{why_not} Keyword search only.")
             used_mode = "keyword"
@@ -194,14 +232,29 @@ def memory_search(
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
     vector_hits = []
     if embedding is not None:
-        vector_hits = vector_candidates(
-            agent_id=agent.pk, query_embedding=embedding, identity=identity,
-            dimensions=identity.dimensions, filters=filters, limit=pool,
-        )
+        try:
+            with deadline.queries():
+                vector_hits = vector_candidates(
+                    agent_id=agent.pk, query_embedding=embedding, identity=identity,
+                    dimensions=identity.dimensions, filters=filters, limit=pool,
+                )
+        except SearchTimedOut:
+            used_mode = "keyword" if used_mode == "hybrid" else used_mode
+    keyword = None
     if used_mode in ("hybrid", "keyword"):
-        keyword = keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
-    else:
-        keyword = KeywordResult(hits=[], lexemes=query_lexemes(query), idf={})
+        try:
+            with deadline.queries():
+                keyword = keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+        except SearchTimedOut:
+            used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
+    if keyword is None:
+        try:
+            with deadline.queries():
+                keyword = KeywordResult(hits=[], lexemes=query_lexemes(query), idf={})
+        except SearchTimedOut:
+            keyword = KeywordResult(hits=[], lexemes=[], idf={})
+    if deadline.timed_out and not vector_hits and not keyword.hits:
+        raise SearchUnavailable(_TIMED_OUT)
     # (file id, start line, end line) of every candidate, as both halves read them.
     spans = {hit.chunk_id: (hit.file_id, hit.start_line, hit.end_line) for hit in [*vector_hits, *keyword.hits]}
 
@@ -215,10 +268,15 @@ def memory_search(
         vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
     )
     results, best_below = _results(
-        candidates=candidates, spans=spans, keyword=keyword, max_results=max_results, min_score=min_score, explain=explain
+        deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
+        min_score=min_score, explain=explain,
     )
 
-    pending = _pending_files(agent=agent)
+    if deadline.timed_out:
+        if not results:
+            raise SearchUnavailable(_TIMED_OUT)
+        notes.insert(0, f"The search stopped at its time limit ({deadline.deadline_ms} ms or "
+                        f"{deadline.statement_timeout_ms} ms per query): these are the results found by then.")
     if not results:
         if best_below is not None:
             notes.insert(0, f"Nothing matched with a score of at least {min_score:g} (best: {best_below:.3f}).")
@@ -236,19 +294,25 @@ def memory_search(
     )
 
 
-def _embed_for_search(*, agent: Agent, identity: EmbeddingIdentity, query: str) -> tuple[list[float] | None, str]:
+def _embed_for_search(
+    *, identity: EmbeddingIdentity, query: str, has_vectors: bool, deadline: SearchDeadline
+) -> tuple[list[float] | None, str]:
     """(query vector, "") or (None, the reason vector search cannot run)."""
     from indexing.embeddings import get_provider
 
     if not identity.has_vectors:
         return None, "Vector search is off (embedding provider 'none')."
-    if not _agent_has_vectors(agent=agent, identity=identity):
+    if not has_vectors:
         return None, f"No chunk of this agent is embedded with {identity.key} yet."
+    if deadline.expired:  # not the provider's fault: the breaker must not count it
+        return None, "The search ran out of time before the query could be embedded."
     try:
         provider = get_provider()
         if provider is None:
             return None, "Vector search is off (embedding provider 'none')."
-        vector = query_embedding(provider=provider, text=query)
+        vector = query_embedding(provider=provider, text=query, timeout=deadline.remaining())
+    except BreakerOpen as exc:
+        return None, str(exc)
     except Exception as exc:  # any provider failure degrades to keyword search, never a 500
         logger.warning("query embedding failed, searching by keyword only: %s", exc)
         return None, f"The embedding provider failed ({exc.__class__.__name__})."
@@ -259,6 +323,7 @@ def _embed_for_search(*, agent: Agent, identity: EmbeddingIdentity, query: str) 
 
 def _results(
     *,
+    deadline: SearchDeadline,
     candidates: list[Candidate],
     spans: dict[int, tuple[int, int, int]],
     keyword: KeywordResult,
@@ -273,7 +338,12 @@ def _results(
     was indexed (then the stored lines no longer match its line numbers)."""
     boost = settings.MEMORYHUB_SEARCH_RECENCY_BOOST
     if boost > 0 and candidates:
-        paths = dict(MemoryFile.objects.filter(pk__in={spans[c.chunk_id][0] for c in candidates}).values_list("id", "path"))
+        try:
+            with deadline.queries():
+                file_ids = {spans[c.chunk_id][0] for c in candidates}
+                paths = dict(MemoryFile.objects.filter(pk__in=file_ids).values_list("id", "path"))
+        except SearchTimedOut:
+            paths = {}  # no boost: the answer is still right, its order a little less
         today = datetime.now(dt_timezone.utc).date()
         half_life = settings.MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS
         for c in candidates:
@@ -284,8 +354,10 @@ def _results(
     candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
 
     files: dict[int, MemoryFile] = {}
-    file_lines: dict[int, FileLines] = {}
+    # The lines snippets show: a file's, keyed (file id, 0), or a changed file's chunk's own, (file id, chunk id).
+    file_lines: dict[tuple[int, int], FileLines] = {}
     shown: dict[int, set[int]] = {}
+    line_lexemes: dict[tuple[tuple[int, int], int], set[str]] = {}  # (file_lines key, line index) → lexemes
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
     batch = max_results  # the usual case needs no more; skipped hits pull in the next batch
@@ -293,41 +365,31 @@ def _results(
         group = list(itertools.islice(candidates, batch))
         if not group:
             break
-        wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
-        for memory_file in MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "content", "content_hash", "indexed_hash"):
-            files[memory_file.pk] = memory_file
-        changed = [c.chunk_id for c in group if (f := files.get(spans[c.chunk_id][0])) and f.indexed_hash != f.content_hash]
-        texts = dict(Chunk.objects.filter(pk__in=changed).values_list("id", "text")) if changed else {}
-        # Lines of every region of this group, then their lexemes in one query.
-        regions = []
-        for c in group:
-            file_id, start_line, end_line = spans[c.chunk_id]
-            memory_file = files.get(file_id)
-            if memory_file is None:  # deleted since the candidate queries
-                regions.append(None)
-                continue
-            if memory_file.indexed_hash == memory_file.content_hash:
-                lines = file_lines.get(memory_file.pk)
-                if lines is None:
-                    lines = file_lines[memory_file.pk] = FileLines.of_file(content=memory_file.content, source=memory_file.source)
-            elif c.chunk_id in texts:  # the stored file changed since this chunk was indexed: its own text is the truth
-                lines = FileLines.of_chunk(text=texts[c.chunk_id], start_line=start_line, end_line=end_line)
-            else:  # the chunk was replaced since the candidate queries
-                regions.append(None)
-                continue
-            region = lines.region(start_line, end_line)
-            regions.append(None if region is None else (lines, region))
-        flat = [lines.lines[i] for item in regions if item for lines, (a, b) in [item] for i in range(a, b + 1)]
-        lexemes = lines_lexemes(flat) if keyword.lexemes else [set() for _ in flat]
-        position = 0
+        try:
+            with deadline.queries():
+                regions = _snippet_regions(
+                    group=group, spans=spans, files=files, file_lines=file_lines, shown=shown, budget=budget, keyword=keyword
+                )
+                # Lexemes of the lines not seen yet, in one query: each line at most once per search.
+                todo = {
+                    (key, i): file_lines[key].lines[i]
+                    for item in regions if item for key, (a, b) in [item] for i in range(a, b + 1)
+                    if (key, i) not in line_lexemes
+                }
+                if keyword.lexemes:
+                    line_lexemes.update(zip(todo, lines_lexemes(list(todo.values()))))
+                else:
+                    line_lexemes.update((key, set()) for key in todo)
+        except SearchTimedOut:
+            break  # the answer keeps the snippets built so far; the caller's message says why
         for c, item in zip(group, regions):
             if len(results) >= max_results:
                 break
             if item is None:
                 continue
-            lines, (a, b) = item
-            region_lexemes = lexemes[position : position + b - a + 1]
-            position += b - a + 1
+            key, (a, b) = item
+            lines = file_lines[key]
+            region_lexemes = [line_lexemes[(key, i)] for i in range(a, b + 1)]
             memory_file = files[spans[c.chunk_id][0]]
             snippet = snippet_build(
                 file_lines=lines, region=(a, b), scores=line_scores(region_lexemes, keyword.idf, keyword.lexemes),
@@ -347,3 +409,42 @@ def _results(
                 )
             )
     return results, best_below
+
+
+def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, keyword: KeywordResult) -> list:
+    """Per candidate of ``group``, (its ``file_lines`` key, its region) or None when it has nothing to show:
+    its file or chunk is gone, or every line of it is shown already (skipped before any work on it).
+    Lines longer than the snippet budget are windowed as they are read (FileLines.windowed)."""
+    wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
+    for memory_file in MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "content", "content_hash", "indexed_hash"):
+        files[memory_file.pk] = memory_file
+    changed = [c.chunk_id for c in group if (f := files.get(spans[c.chunk_id][0])) and f.indexed_hash != f.content_hash]
+    texts = dict(Chunk.objects.filter(pk__in=changed).values_list("id", "text")) if changed else {}
+    regions = []
+    for c in group:
+        file_id, start_line, end_line = spans[c.chunk_id]
+        memory_file = files.get(file_id)
+        if memory_file is None:  # deleted since the candidate queries
+            regions.append(None)
+            continue
+        if memory_file.indexed_hash == memory_file.content_hash:
+            key = (file_id, 0)
+            if key not in file_lines:
+                file_lines[key] = FileLines.of_file(content=memory_file.content, source=memory_file.source).windowed(
+                    budget=budget, query_lexemes=keyword.lexemes
+                )
+        elif c.chunk_id in texts:  # the stored file changed since this chunk was indexed: its own text is the truth
+            key = (file_id, c.chunk_id)
+            file_lines[key] = FileLines.of_chunk(text=texts[c.chunk_id], start_line=start_line, end_line=end_line).windowed(
+                budget=budget, query_lexemes=keyword.lexemes
+            )
+        else:  # the chunk was replaced since the candidate queries
+            regions.append(None)
+            continue
+        lines = file_lines[key]
+        region = lines.region(start_line, end_line)
+        seen = shown.get(file_id, set())
+        if region is not None and all(lines.cite(i) in seen for i in range(region[0], region[1] + 1)):
+            region = None
+        regions.append(None if region is None else (key, region))
+    return regions

@@ -14,7 +14,8 @@ three steps:
 answer: lines already shown by a better hit of the same file are skipped and stop the extension.
 Transcripts (source ``session``) are shown as their ``User: …`` / ``Assistant: …`` lines and cite the
 JSONL lines those messages came from (indexing/transcripts.py keeps the map). A line longer than the
-whole budget is shown cut around its first match.
+whole budget is shown cut around its first match, and is cut so before any work on it
+(``FileLines.windowed``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ class FileLines:
         if lines:
             line_map[-1] = end_line
         return cls(lines=lines, line_map=line_map)
+
+    def windowed(self, *, budget: int, query_lexemes: list[str]) -> FileLines:
+        """Each line longer than ``budget`` replaced by the at most ``budget`` characters of it a snippet
+        can show (around its first query lexeme): what follows, lexemes from Postgres included, costs
+        the budget whatever the length of the line (a 5 MB file can be one line)."""
+        for i, line in enumerate(self.lines):
+            if len(line) > budget:
+                self.lines[i] = _cut_long_line(line, budget, query_lexemes)
+        return self
 
     def cite(self, index: int) -> int:
         return self.line_map[index] if self.line_map is not None else index + 1 + self.offset

@@ -50,6 +50,7 @@ class ToolRunApi(APIView):
     """POST /api/v1/tools/<name> — run one tool with the arguments the model gave it."""
 
     required_scope = "read"
+    openapi_error_statuses = (503,)  # memory_search's search_timeout
 
     class OutputSerializer(serializers.Serializer):
         content = serializers.CharField(help_text="Text for the model, citing path#Lstart-Lend.")

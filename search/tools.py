@@ -13,12 +13,12 @@ from rest_framework import serializers
 
 from agents.models import Agent
 from indexing.paths import path_normalize
-from indexing.selectors import file_read_lines
+from indexing.selectors import MEMORY_GET_MAX_FROM, MEMORY_GET_MAX_LINES, file_read_lines
 from memoryhub.errors import ApiError
+from memoryhub.fields import StrictCharField, StrictFloatField, StrictIntegerField
 from search.services import memory_search
 
 MAX_SEARCH_RESULTS = 50
-MAX_GET_LINES = 1000
 TOOL_FORMATS = ("openai", "anthropic", "mcp")
 
 MEMORY_SEARCH_DESCRIPTION = (
@@ -57,11 +57,16 @@ TOOL_SCHEMAS: dict[str, dict] = {
         "type": "object",
         "properties": {
             "path": {"type": "string", "description": "File path as cited by memory_search, e.g. memory/2026-03-01.md."},
-            "from": {"type": "integer", "minimum": 1, "description": "First line to read, 1-indexed (default 1)."},
+            "from": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MEMORY_GET_MAX_FROM,
+                "description": "First line to read, 1-indexed (default 1).",
+            },
             "lines": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": MAX_GET_LINES,
+                "maximum": MEMORY_GET_MAX_LINES,
                 "description": "How many lines to read (default 50).",
             },
         },
@@ -111,29 +116,6 @@ def _invalid_arguments(message: str) -> ApiError:
     return ApiError(status_code=400, code="invalid_arguments", message=message)
 
 
-class StrictIntegerField(serializers.IntegerField):
-    """Models send numbers as JSON numbers; 5.0 is fine, True and 5.5 are mistakes worth reporting."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictFloatField(serializers.FloatField):
-    def to_internal_value(self, data):
-        if isinstance(data, bool):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictCharField(serializers.CharField):
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class MemorySearchArguments(serializers.Serializer):
     query = StrictCharField(trim_whitespace=False, allow_blank=True)
     maxResults = StrictIntegerField(min_value=1, max_value=MAX_SEARCH_RESULTS, required=False, allow_null=True)
@@ -142,8 +124,8 @@ class MemorySearchArguments(serializers.Serializer):
 
 class MemoryGetArguments(serializers.Serializer):
     path = StrictCharField(trim_whitespace=False)
-    start = StrictIntegerField(min_value=1, required=False, allow_null=True)  # the tool's "from"
-    lines = StrictIntegerField(min_value=1, max_value=MAX_GET_LINES, required=False, allow_null=True)
+    start = StrictIntegerField(min_value=1, max_value=MEMORY_GET_MAX_FROM, required=False, allow_null=True)  # the tool's "from"
+    lines = StrictIntegerField(min_value=1, max_value=MEMORY_GET_MAX_LINES, required=False, allow_null=True)
 
 
 # Snake-case spellings some frameworks produce; mapped onto the tool's own names.

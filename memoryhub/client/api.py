@@ -37,6 +37,15 @@ class ServerError(Exception):
         self.retry_after = retry_after
 
 
+def write_signature(*, secret: str, method: str, path: str, query: str, body: bytes) -> str:
+    """``X-MemoryHub-Signature`` for a write of an agent with a webhook secret: ``t=<Unix seconds>,v1=<hex
+    HMAC-SHA256 of "<t>.<METHOD>.<path>[?<query>]\\n" + body>`` (the server's README, "Signed writes")."""
+    timestamp = int(time.time())
+    target = path + (f"?{query}" if query else "")
+    message = f"{timestamp}.{method.upper()}.{target}\n".encode("utf-8") + body
+    return f"t={timestamp},v1={hmac.new(secret.encode('utf-8'), message, hashlib.sha256).hexdigest()}"
+
+
 def base_url_parse(raw: str) -> str:
     """The server's root URL from MEMORYHUB_URL / --url; '/api/v1' at the end is tolerated."""
     url = (raw or "").strip().rstrip("/")
@@ -81,7 +90,7 @@ class ApiClient:
         body = {"files": files, "delete_missing": delete_missing}
         if prefix:
             body["prefix"] = prefix
-        return self.request("POST", "sync", body=body, sign=True)
+        return self.request("POST", "sync", body=body)
 
     def file_list(self, *, prefix: str = "") -> list[str]:
         """Every path of this agent's files under ``prefix``, following the pagination."""
@@ -106,21 +115,25 @@ class ApiClient:
 
     # --- Transport -------------------------------------------------------------------------------
 
-    def request(self, method: str, endpoint: str, *, body: dict | None = None, query: dict | None = None, sign: bool = False) -> dict:
+    def request(self, method: str, endpoint: str, *, body: dict | None = None, query: dict | None = None) -> dict:
         url = self.root + API_PREFIX + endpoint
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
+        query_string = urllib.parse.urlencode(query) if query else ""
+        if query_string:
+            url += "?" + query_string
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json", "User-Agent": USER_AGENT}
         data = None
         if body is not None:
             # ensure_ascii=False: text stays UTF-8 instead of growing up to 6x as \\uXXXX escapes.
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
             headers["Content-Type"] = "application/json; charset=utf-8"
-            if sign and self.webhook_secret:
-                digest = hmac.new(self.webhook_secret.encode(), data, hashlib.sha256).hexdigest()
-                headers[SIGNATURE_HEADER] = f"sha256={digest}"
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
         for attempt in range(len(self.retry_delays) + 1):
+            if self.webhook_secret and method != "GET":
+                # Signed when sent: the server refuses a signature older than its tolerance (5 minutes).
+                path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+                headers[SIGNATURE_HEADER] = write_signature(
+                    secret=self.webhook_secret, method=method, path=path, query=query_string, body=data or b""
+                )
+            request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
                 payload = self._send(request, method=method, endpoint=endpoint)
                 break

@@ -224,7 +224,7 @@ def test_openai_a_bad_input_does_not_lose_the_rest_of_its_batch(server):
 
 
 def test_openai_wrong_dimensions_are_a_permanent_error(server):
-    server.script = [(200, {"dimensions": 5})]
+    server.script = [(200, {"dimensions": 5})] * (FAST_RETRIES.max_retries + 1)  # every attempt: a configuration error
     with pytest.raises(ProviderPermanentError, match="returned 5-dimensional vectors.*is 8"):
         openai_provider(server).embed_documents(["hello"])
 

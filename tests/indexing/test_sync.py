@@ -3,9 +3,11 @@
 import hashlib
 import hmac
 import json
+import time
 
 import pytest
 
+from agents.signatures import signature_header
 from indexing.models import Chunk, IndexJob, MemoryFile
 
 
@@ -189,8 +191,8 @@ def signed_alice(alice):
     return alice
 
 
-def signature(body: bytes, secret="s3cret-webhook-key") -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def signature(body: bytes, secret="s3cret-webhook-key", **overrides) -> str:
+    return signature_header(**{"secret": secret, "method": "POST", "path": "/api/v1/sync", "body": body, **overrides})
 
 
 BODY = json.dumps({"files": [{"path": "MEMORY.md", "content": "signed"}]}).encode()
@@ -210,10 +212,13 @@ def test_a_correctly_signed_sync_is_accepted(signed_alice, fake_embeddings, inde
     [
         None,
         "",
-        "sha256=" + "0" * 64,
+        "sha256=" + hmac.new(b"s3cret-webhook-key", BODY, hashlib.sha256).hexdigest(),  # the old, replayable form
         signature(BODY, secret="wrong-secret"),
         signature(BODY + b" "),
-        signature(BODY).removeprefix("sha256="),
+        signature(BODY, method="PUT"),
+        signature(BODY, path="/api/v1/files/MEMORY.md"),
+        signature(BODY, timestamp=int(time.time()) - 3600),
+        signature(BODY).replace("v1=", "v2="),
     ],
 )
 def test_a_missing_or_wrong_signature_is_401(signed_alice, header):

@@ -71,7 +71,8 @@ def test_worker_and_beat_reuse_the_web_image():
 def test_web_migrates_then_serves_with_gunicorn():
     web = compose()["services"]["web"]
     command = web.get("command") or re.search(r"^CMD (.+)$", (BASE_DIR / "Dockerfile").read_text(), re.M).group(1)
-    assert command.index("migrate") < command.index("gunicorn memoryhub.wsgi:application")
+    assert command.index("migrate") < command.index("gunicorn -c python:memoryhub.gunicorn_conf")
+    assert "memoryhub.wsgi:application" in command
     assert "8000:8000" in web["ports"]
 
 

@@ -115,6 +115,27 @@ def test_metrics_report_files_by_state_and_the_throttled_counter(alice, scrape, 
     assert ("memoryhub_index_queue_depth", ()) in samples
 
 
+def test_refused_requests_are_counted_by_limit_scope(alice, scrape, settings, monkeypatch):
+    import uuid
+
+    from agents import throttles
+    from memoryhub import ratelimit
+    from memoryhub.ratelimit import Rate
+
+    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
+    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
+    monkeypatch.setattr(throttles, "_penalties", {})
+    settings.MEMORYHUB_RATE_LIMITS = {"search": Rate(50, 60), "write": Rate(30, 60), "sync": Rate(20, 60), "read": Rate(500, 60)}
+    before = scrape()
+    statuses = [alice.client.post("/api/v1/search", {"query": "kettle"}, format="json").status_code for _ in range(8)]
+    assert statuses == [200] * 5 + [429] * 3  # the first refusal by the throttle, the others by the middleware
+    after = scrape()
+    name = "memoryhub_throttled_requests_total"
+    assert _value(after, name, scope="search") - _value(before, name, scope="search") == 3
+    assert _value(after, "memoryhub_http_request_duration_seconds_count", route="api-search", method="POST", status="429") - _value(
+        before, "memoryhub_http_request_duration_seconds_count", route="api-search", method="POST", status="429") == 3
+
+
 def test_results_are_bucketed_so_the_label_stays_bounded():
     assert [metrics.results_bucket(n) for n in (0, 1, 2, 5, 6, 20, 21, 1000)] == [
         "0", "1", "2-5", "2-5", "6-20", "6-20", "21+", "21+"

@@ -60,7 +60,7 @@ def test_memory_get_documents_from_and_lines_with_their_bounds(schema):
     operation = schema["paths"]["/api/v1/files/{path}"]["get"]
     parameters = {parameter["name"]: parameter for parameter in operation["parameters"]}
     assert set(parameters) == {"path", "from", "lines"}
-    assert parameters["from"]["schema"] == {"type": "integer", "minimum": 1, "default": 1}
+    assert parameters["from"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 100_000_000, "default": 1}
     assert parameters["lines"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}
     answer = schema["components"]["schemas"]["MemoryGet"]
     assert set(answer["properties"]) == {"path", "from", "lines", "total_lines", "content", "source"}

@@ -1,0 +1,92 @@
+"""Request rates per token (memoryhub/ratelimit.py) for the REST API, the tools and MCP.
+
+Every request falls in one bucket by its method and path (``request_bucket``): ``search`` (POST search,
+tool calls, MCP), ``write`` (PUT and DELETE of files), ``sync`` (the webhook), ``read`` (the rest).
+A token past its rate is answered 429 by ``TokenRateThrottle`` after authentication; from then until
+the wait is over, ``RateLimitedTokensMiddleware`` answers that token's requests of that bucket 429 at
+the top of the stack, without a database query, so a client that ignores Retry-After costs the
+other tenants as little as a request can.
+"""
+
+import threading
+import time
+
+from django.conf import settings
+from django.http import JsonResponse
+from rest_framework.throttling import BaseThrottle
+
+from agents.models import AgentToken
+from agents.services import token_digest
+from memoryhub import metrics
+from memoryhub.errors import ApiError, error_body, is_api_path
+from memoryhub.ratelimit import Rate, rate_limit_hit
+
+_penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → monotonic time the wait ends
+_penalties_lock = threading.Lock()
+
+
+def request_bucket(method: str, path: str) -> str:
+    api = path.removeprefix("/api/v1/")
+    if path.startswith("/mcp") or (method == "POST" and (api == "search" or api.startswith("tools/"))):
+        return "search"
+    if method in ("PUT", "DELETE") and api.startswith("files/"):
+        return "write"
+    if method == "POST" and api == "sync":
+        return "sync"
+    return "read"
+
+
+class RateLimited(ApiError):
+    def __init__(self, *, bucket: str, rate: Rate, wait: float):
+        super().__init__(
+            status_code=429,
+            code="rate_limited",
+            message=f"Too many {bucket} requests for this token (at most {rate}). Retry in {wait:.1f} s.",
+        )
+        self.wait = max(1, round(wait))
+        metrics.throttled_increment(scope=bucket)
+
+
+def rate_limit_check(*, token: AgentToken, bucket: str) -> None:
+    """RateLimited (429, Retry-After) when this token is past its ``bucket`` rate."""
+    rate = settings.MEMORYHUB_RATE_LIMITS.get(bucket)
+    wait = rate_limit_hit(bucket=bucket, subject=token.digest[:24], rate=rate)
+    if wait is not None:
+        with _penalties_lock:
+            if len(_penalties) > 10_000:
+                now = time.monotonic()
+                for key in [key for key, until in _penalties.items() if until <= now]:
+                    del _penalties[key]
+            _penalties[(token.digest, bucket)] = time.monotonic() + wait
+        raise RateLimited(bucket=bucket, rate=rate, wait=wait)
+
+
+class TokenRateThrottle(BaseThrottle):
+    def allow_request(self, request, view) -> bool:
+        if isinstance(request.auth, AgentToken):  # unauthenticated: the permission check answers 401
+            rate_limit_check(token=request.auth, bucket=request_bucket(request.method, request.path))
+        return True
+
+
+class RateLimitedTokensMiddleware:
+    """429 at once for a token still inside a wait this process gave it (see the module docstring)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if _penalties and is_api_path(request.path):
+            scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+            if scheme.lower() == "bearer" and raw:
+                bucket = request_bucket(request.method, request.path)
+                until = _penalties.get((token_digest(raw.strip()), bucket), 0.0)
+                wait = until - time.monotonic()
+                if wait > 0:
+                    metrics.throttled_increment(scope=bucket)
+                    response = JsonResponse(
+                        error_body("rate_limited", f"Too many {bucket} requests for this token. Retry in {wait:.1f} s."),
+                        status=429,
+                    )
+                    response["Retry-After"] = str(max(1, round(wait)))
+                    return response
+        return self.get_response(request)

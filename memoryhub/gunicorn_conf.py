@@ -1,0 +1,37 @@
+"""Gunicorn's configuration for `make run` and the container: a bounded server.
+
+Each worker process runs MEMORYHUB_WEB_THREADS threads and keeps a pool of as many database
+connections (MEMORYHUB_DB_POOL_SIZE, set here for the workers unless given), so connections are bounded
+by workers x threads whatever the load: 2 x 8 = 16 by default, next to PostgreSQL's usual 100. Requests
+beyond the threads wait in gunicorn's queue instead of opening connections (runserver opened one per
+request thread and kept it, until Postgres refused new clients for good).
+
+    gunicorn -c python:memoryhub.gunicorn_conf --bind 127.0.0.1:8000 memoryhub.wsgi:application
+"""
+
+import os
+
+workers = int(os.environ.get("MEMORYHUB_WEB_WORKERS", "2"))
+threads = int(os.environ.get("MEMORYHUB_WEB_THREADS", "8"))
+worker_class = "gthread"
+# A request may take this long before its worker is restarted (a search has its own 6 s deadline).
+timeout = 60
+graceful_timeout = 10
+keepalive = 5
+# Recycle workers now and then, so slow growth in one process never becomes an outage.
+max_requests = 5000
+max_requests_jitter = 500
+# In JSON mode each request is logged once by memoryhub.observability (route, not the raw path, which
+# gunicorn's access log would print); plain-text development logs keep gunicorn's line too.
+accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else None
+
+# The workers import Django after this file ran: one pooled connection per thread.
+os.environ.setdefault("MEMORYHUB_DB_POOL_SIZE", str(threads))
+
+
+def child_exit(server, worker):
+    """Prometheus multiprocess mode (docs/operations.md): drop a dead worker's live gauges."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -1,0 +1,112 @@
+"""Real processes for the failure tests: a Celery worker (with beat), a gunicorn web server and a Redis
+of their own, each a subprocess on this test database, stopped or killed when a test says so."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+
+from tests.indexing.test_worker import redis_or_skip, test_database_url
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class Process:
+    def __init__(self, args: list[str], env: dict, log: Path):
+        self.log = log
+        self._out = open(log, "w")
+        self.popen = subprocess.Popen(args, cwd=BASE_DIR, env=env, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._out.close()
+
+    def output(self) -> str:
+        self._out.flush()
+        return self.log.read_text()[-4000:]
+
+
+def service_env(*, queue: str, redis_url: str | None = None, **extra) -> dict:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
+        "DATABASE_URL": test_database_url(),
+        "REDIS_URL": redis_url or settings.REDIS_URL,
+        "MEMORYHUB_TASK_QUEUE": queue,
+        "MEMORYHUB_TASKS_EAGER": "0",
+        "MEMORYHUB_EMBEDDING_PROVIDER": "fake",
+        "MEMORYHUB_EMBEDDING_MODEL": "fake-hash",
+        "MEMORYHUB_EMBEDDING_DIMENSIONS": "64",
+        **{key: str(value) for key, value in extra.items()},
+    }
+
+
+def start_worker(tmp_path: Path, env: dict, *, name: str = "worker") -> Process:
+    """A solo-pool worker with the beat scheduler on the env's queue."""
+    queue = env["MEMORYHUB_TASK_QUEUE"]
+    return Process(
+        [
+            sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--schedule", str(tmp_path / f"{name}-beat"),
+            "--queues", queue, "--pool", "solo", "--hostname", f"{name}-{queue}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO",
+        ],
+        env,
+        tmp_path / f"{name}.log",
+    )
+
+
+def start_web(tmp_path: Path, env: dict) -> tuple[Process, str]:
+    port = free_port()
+    env = {**env, "DEBUG": "0", "SECRET_KEY": "test-only-secret-key-for-the-reliability-tests"}
+    process = Process(
+        [sys.executable, "-m", "gunicorn", "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", "1", "--threads", "4", "--timeout", "60"],
+        env,
+        tmp_path / "web.log",
+    )
+    return process, f"http://127.0.0.1:{port}"
+
+
+def start_redis(tmp_path: Path, port: int) -> Process:
+    return Process(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        dict(os.environ),
+        tmp_path / f"redis-{port}-{uuid.uuid4().hex[:6]}.log",
+    )
+
+
+def unique_queue() -> str:
+    redis_or_skip()
+    return f"memoryhub-test-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,31 @@
+"""bench_load runs end to end against a live gunicorn (a few seconds), so the benchmark the README's
+figures come from cannot rot."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from tests.reliability.test_load_server import start_gunicorn
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_load_mixed_and_noisy_runs_report_latencies_and_no_server_errors(tmp_path):
+    process, url = start_gunicorn(tmp_path, MEMORYHUB_WEB_WORKERS=1, MEMORYHUB_WEB_THREADS=4)
+    try:
+        out = io.StringIO()
+        call_command("bench_load", url=url, clients=4, duration=2, agents=3, notes=3, json=True, stdout=out)
+        report = json.loads(out.getvalue())
+        assert report["total"]["requests"] > 0 and report["total"]["server_errors"] == 0, report
+        assert {"search", "upload"} <= set(report)
+        assert report["search"]["p50_ms"] <= report["search"]["p95_ms"] <= report["search"]["p99_ms"]
+
+        out = io.StringIO()
+        call_command("bench_load", url=url, clients=4, duration=2, notes=3, noisy=True, json=True, stdout=out)
+        noisy = json.loads(out.getvalue())
+        assert noisy["quiet"]["victim_search"]["requests"] > 0
+        assert noisy["noisy"]["victim_search"]["server_errors"] == 0
+        assert noisy["victim_p95_ratio"] > 0
+    finally:
+        process.stop()

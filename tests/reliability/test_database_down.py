@@ -1,0 +1,127 @@
+"""PostgreSQL stopped under a running server: the API and /mcp answer 503 with Retry-After in the JSON
+error shape (never a 500 or an HTML page), /healthz says the database is down, and once PostgreSQL is
+back the same server process answers normally again, without a restart.
+
+A real server (gunicorn, DEBUG off, as deployed) on its own throwaway embedded PostgreSQL, so stopping
+that database does not disturb the rest of the test session.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from memoryhub import embedded_postgres
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes | None = None, content_type="application/json"):
+    request = urllib.request.Request(url, data=body, method=method)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if body is not None:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("pgdown")
+    params = embedded_postgres.ensure_running(data_dir)
+    database_url = f"postgresql://postgres@localhost:{params['port']}/{params['dbname']}?host={params['host']}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DEBUG": "0",
+        "SECRET_KEY": "test-only-secret-key-for-the-database-down-test",
+        "MEMORYHUB_TASKS_EAGER": "1",
+        "MEMORYHUB_EMBEDDING_PROVIDER": "none",
+        "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
+    }
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=True, timeout=300)
+    created = subprocess.run([*manage, "create_agent", "db-down"], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True)
+    token = created.stdout.strip().splitlines()[-1]
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("log") / "gunicorn.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", "1", "--threads", "2", "--timeout", "60"],
+        cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if call(f"{url}/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        else:
+            pytest.fail(f"the server did not start: {Path(log.name).read_text()}")
+        yield url, token, data_dir
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+        embedded_postgres.stop(data_dir)
+
+
+def test_with_the_database_stopped_the_api_answers_503_and_recovers_by_itself(server):
+    url, token, data_dir = server
+    assert call(f"{url}/api/v1/status", token=token)[0] == 200
+
+    embedded_postgres.stop(data_dir)
+    try:
+        for method, path, body in [
+            ("GET", "/api/v1/status", None),
+            ("GET", "/api/v1/files", None),
+            ("POST", "/api/v1/search", b'{"query": "anything"}'),
+            ("PUT", "/api/v1/files/notes/a.md", b'{"content": "hello"}'),
+            ("POST", "/api/v1/tools/memory_search", b'{"query": "anything"}'),
+        ]:
+            status, headers, content = call(f"{url}{path}", token=token, method=method, body=body)
+            assert status == 503, (path, status, content)
+            assert headers["Retry-After"].isdigit(), path
+            assert json.loads(content)["error"]["code"] == "database_unavailable", path
+
+        mcp = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        status, headers, content = call(f"{url}/mcp", token=token, method="POST", body=json.dumps(mcp).encode())
+        assert status == 503 and headers["Content-Type"].startswith("application/json"), content
+        assert json.loads(content)["error"]["code"] == "database_unavailable"
+
+        status, _, content = call(f"{url}/healthz")
+        assert status == 503 and json.loads(content)["database"] != "ok"
+    finally:
+        embedded_postgres.ensure_running(data_dir)
+
+    deadline = time.monotonic() + 30
+    statuses = []
+    while time.monotonic() < deadline:
+        statuses.append(call(f"{url}/api/v1/status", token=token)[0])
+        if statuses[-1] == 200:
+            break
+        time.sleep(0.5)
+    assert statuses[-1] == 200, statuses
+    status, _, content = call(f"{url}/api/v1/files/notes/b.md", token=token, method="PUT", body=b'{"content": "back"}')
+    assert status == 201, content

@@ -1,0 +1,117 @@
+"""Issue 11, case 3: a sick embedding provider costs a search seconds, not minutes, and after repeated
+failures none at all until it recovers.
+
+The real ``openai`` SDK talks to a local server (tests/reliability/flaky_embeddings.py) that hangs or
+answers 429/500. The query embedding has one attempt of MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT; the
+circuit breaker opens after MEMORYHUB_SEARCH_BREAKER_FAILURES failures, skips the provider for
+MEMORYHUB_SEARCH_BREAKER_COOLDOWN seconds, then lets one search probe it.
+"""
+
+import time
+
+import pytest
+import redis
+
+from search.query_breaker import KEY_PREFIX, QueryBreaker
+from search.services import memory_search
+from tests.reliability.flaky_embeddings import FlakyEmbeddings, use_flaky_provider
+from tests.search.conftest import NOTES, index_files  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("eager_tasks")
+QUERY = "When do we deploy the billing service?"
+
+
+@pytest.fixture
+def provider(settings):
+    """A flaky server behind the openai provider, the defaults of indexing (60 s timeout, 5 retries)
+    left as they are, and a breaker of 2 failures and a 2 s cool-down."""
+    settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = 1.0
+    settings.MEMORYHUB_SEARCH_BREAKER_FAILURES = 2
+    settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN = 2.0
+    redis_url = settings.REDIS_URL
+    with FlakyEmbeddings() as server:
+        model = use_flaky_provider(settings, server)
+        server.name = f"openai:{model}:{server.dimensions}"
+        yield server
+    redis.Redis.from_url(redis_url).delete(*(f"{KEY_PREFIX}:{server.name}:{k}" for k in ("failures", "open", "probe")))
+    QueryBreaker._local.success(server.name)
+
+
+@pytest.fixture
+def alice_with_vectors(alice, index_files, provider):
+    index_files(alice, {"memory/notes.md": NOTES})  # embedded by the server, while it still answers
+    provider.requests = 0
+    return alice
+
+
+def test_a_hanging_provider_costs_a_search_seconds_not_minutes(alice_with_vectors, provider):
+    provider.behaviour = "hang"
+    started = time.monotonic()
+    response = memory_search(agent=alice_with_vectors.agent, query=QUERY)
+    took = time.monotonic() - started
+    assert took < 15, f"answered after {took:.0f} s"  # before: six tries of the 60 s indexing timeout
+    assert response.mode == "keyword" and "embedding provider failed" in response.message
+    assert response.results and response.results[0].path == "memory/notes.md"
+    assert provider.requests == 1  # one attempt, no retries
+
+
+@pytest.mark.parametrize("failure", ["429", "500"])
+def test_after_repeated_failures_searches_skip_the_provider(alice_with_vectors, provider, failure):
+    provider.behaviour = failure
+    for _ in range(2):
+        response = memory_search(agent=alice_with_vectors.agent, query=QUERY)
+        assert response.mode == "keyword"
+    assert provider.requests == 2  # before: 6 per search (5 retries)
+    for _ in range(3):
+        response = memory_search(agent=alice_with_vectors.agent, query=QUERY)
+        assert response.mode == "keyword" and response.results
+        assert "paused" in response.message
+    assert provider.requests == 2  # the breaker is open: no more calls
+
+
+def test_the_breaker_closes_after_the_provider_recovers(alice_with_vectors, provider):
+    provider.behaviour = "500"
+    for _ in range(2):
+        memory_search(agent=alice_with_vectors.agent, query=QUERY)
+    provider.behaviour = "ok"
+    assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "keyword"  # still cooling down
+    assert provider.requests == 2
+    time.sleep(2.2)
+    probe = memory_search(agent=alice_with_vectors.agent, query=QUERY)  # half-open: this search probes
+    assert probe.mode == "hybrid" and provider.requests == 3
+    after = memory_search(agent=alice_with_vectors.agent, query="Who leads the payments team?")
+    assert after.mode == "hybrid" and provider.requests == 4  # closed again
+
+
+def test_a_failed_probe_opens_the_breaker_for_another_cool_down(alice_with_vectors, provider):
+    provider.behaviour = "500"
+    for _ in range(2):
+        memory_search(agent=alice_with_vectors.agent, query=QUERY)
+    time.sleep(2.2)
+    assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "keyword"  # the probe failed
+    assert provider.requests == 3
+    memory_search(agent=alice_with_vectors.agent, query=QUERY)
+    assert provider.requests == 3  # open again
+
+
+def test_the_breaker_state_is_shared_through_redis(alice_with_vectors, provider, settings):
+    provider.behaviour = "500"
+    for _ in range(2):
+        memory_search(agent=alice_with_vectors.agent, query=QUERY)
+    # Another web process: no local state, its own Redis connection.
+    QueryBreaker._local.success(provider.name)
+    QueryBreaker._redis.clear()
+    response = memory_search(agent=alice_with_vectors.agent, query=QUERY)
+    assert "paused" in response.message and provider.requests == 2
+    assert redis.Redis.from_url(settings.REDIS_URL).exists(f"{KEY_PREFIX}:{provider.name}:open")
+
+
+def test_without_redis_each_process_keeps_its_own_breaker(alice_with_vectors, provider, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    provider.behaviour = "500"
+    started = time.monotonic()
+    for _ in range(4):
+        response = memory_search(agent=alice_with_vectors.agent, query=QUERY)
+        assert response.mode == "keyword" and response.results
+    assert provider.requests == 2 and "paused" in response.message
+    assert time.monotonic() - started < 15

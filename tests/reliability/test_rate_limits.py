@@ -1,0 +1,106 @@
+"""Per-token request rates: a flood gets 429 rate_limited with Retry-After, while another agent's token,
+and the same token's other kinds of request, are untouched; the allowance is spread evenly (a burst of
+a tenth of the limit, then one call per interval), not spent at the start of a window; with Redis down
+the limit still holds (per process)."""
+
+import uuid
+
+import pytest
+
+from memoryhub import ratelimit
+from memoryhub.ratelimit import Rate, rate_parse
+
+
+@pytest.fixture(autouse=True)
+def own_counters(monkeypatch):
+    from agents import throttles
+
+    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
+    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
+    monkeypatch.setattr(throttles, "_penalties", {})
+
+
+@pytest.fixture
+def tight(settings):
+    # Bursts of a tenth of the limit: 5 searches, 3 writes, 2 syncs at once, then one per 1.2-3 s.
+    settings.MEMORYHUB_RATE_LIMITS = {"search": Rate(50, 60), "write": Rate(30, 60), "sync": Rate(20, 60), "read": Rate(500, 60)}
+
+
+def search(member):
+    return member.client.post("/api/v1/search", {"query": "kettle"}, format="json")
+
+
+@pytest.mark.django_db
+def test_a_flood_of_searches_gets_429_with_retry_after_and_others_are_unaffected(alice, bob, tight):
+    responses = [search(alice) for _ in range(8)]
+    assert [r.status_code for r in responses] == [200] * 5 + [429] * 3
+
+    refused = responses[5]
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert "at most 50 per minute" in refused.json()["error"]["message"]
+    assert 1 <= int(refused["Retry-After"]) <= 2
+
+    assert search(bob).status_code == 200  # another agent's token
+    assert alice.client.get("/api/v1/status").status_code == 200  # another kind of request
+
+
+@pytest.mark.django_db
+def test_writes_sync_and_tool_calls_have_their_own_limits(alice, tight):
+    writes = [alice.client.put(f"/api/v1/files/notes/{i}.md", "x", content_type="text/markdown").status_code for i in range(4)]
+    assert writes == [201, 201, 201, 429]
+    syncs = [alice.client.post("/api/v1/sync", {"files": []}, format="json").status_code for _ in range(3)]
+    assert syncs == [200, 200, 429]
+    tools = [alice.client.post("/api/v1/tools/memory_search", {"query": "x"}, format="json").status_code for _ in range(6)]
+    assert tools == [200] * 5 + [429]
+
+
+@pytest.mark.django_db
+def test_mcp_tool_calls_count_as_searches(alice, tight):
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": "x"}}}
+    statuses = [alice.client.post("/mcp", call, format="json").status_code for _ in range(6)]
+    assert statuses == [200] * 5 + [429]
+    assert alice.client.get("/api/v1/status").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_token_told_to_wait_is_refused_before_any_database_query(alice, tight, django_assert_num_queries):
+    for _ in range(6):
+        search(alice)
+    with django_assert_num_queries(0):
+        refused = search(alice)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+    assert refused["Retry-After"] == "1"
+    assert alice.client.get("/api/v1/status").status_code == 200  # other buckets go through
+
+
+@pytest.mark.django_db
+def test_the_allowance_comes_back_one_call_per_interval(alice, settings):
+    settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "search": Rate(120, 60)}  # burst 12, then 2/s
+    assert [search(alice).status_code for _ in range(14)] == [200] * 12 + [429] * 2
+    import time
+
+    time.sleep(1.1)
+    assert [search(alice).status_code for _ in range(3)] == [200, 200, 429]
+
+
+@pytest.mark.django_db
+def test_with_redis_down_the_limit_still_holds_in_this_process(alice, tight, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    statuses = [search(alice).status_code for _ in range(7)]
+    assert statuses == [200] * 5 + [429] * 2
+
+
+def test_rates_are_parsed_and_bad_ones_refused():
+    from django.core.exceptions import ImproperlyConfigured
+
+    assert rate_parse("600/min", name="X") == Rate(600, 60)
+    assert rate_parse("10/s", name="X") == Rate(10, 1)
+    assert rate_parse("0", name="X") is None
+    for bad in ("600", "ten/min", "5/fortnight", "-1/min"):
+        with pytest.raises(ImproperlyConfigured):
+            rate_parse(bad, name="X")
+
+
+@pytest.mark.django_db
+def test_the_default_limits_are_far_above_normal_use(alice):
+    assert all(search(alice).status_code == 200 for _ in range(60))  # a search a second for a minute

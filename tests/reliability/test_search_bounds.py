@@ -1,0 +1,210 @@
+"""Issue 11, case 2: one file cannot make search explode, and no search outlives its deadline.
+
+A file that is one long line is chunked into pieces that all cite that line. Snippets used to send the
+whole line to Postgres once per candidate and walk the whole candidate pool; now a line longer than the
+snippet budget is windowed before anything is sent, each line is sent at most once, and every query of
+a search runs under a statement timeout within the search's deadline. Work is asserted in bytes sent to
+Postgres and lines lexed, time only with bounds an order of magnitude apart.
+"""
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from indexing.chunking import chunk_markdown
+from search.services import memory_search
+from tests.search.conftest import index_files, notes  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.usefixtures("eager_tasks", "fake_embeddings")
+
+WORDS = ["harbour", "ledger", "quartz", "meadow", "copper", "violet", "summit", "lantern", "orchard", "pebble"]
+
+
+def one_line(chars: int) -> str:
+    """One line of varied words with "zanzibar" every ~200 words, so many pieces of it match."""
+    words, i = [], 0
+    while sum(map(len, words)) + len(words) < chars:
+        words.append("zanzibar" if i % 200 == 0 else f"{WORDS[(i * 7) % len(WORDS)]}{i % 997}")
+        i += 1
+    return " ".join(words)
+
+
+def _text_bytes(value) -> int:
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, dict):
+        return sum(_text_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_text_bytes(v) for v in value)
+    return 0
+
+
+class Sent:
+    """What a block of code sends to Postgres: bytes of SQL and parameters, and the lines it asks lexemes for."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.lexed_lines: list[str] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        self.bytes += len(sql.encode()) + _text_bytes(params)
+        if "unnest(%s::text[])" in sql:  # search.keyword.lines_lexemes
+            self.lexed_lines += params[1]
+        return execute(sql, params, many, context)
+
+
+@pytest.fixture
+def long_line_agent(alice, index_files):
+    line = one_line(150_000)
+    index_files(alice, {
+        "workspace/dump.json": line,
+        "memory/trip.md": "# Trip\n\nWe flew to zanzibar in June.\nThe hotel was near the harbour.\n",
+    })
+    return alice, line
+
+
+def test_a_one_line_file_is_chunked_into_pieces_that_cite_its_line():
+    # The chunker met this already (indexing/chunking.py, "Over-long lines"); kept here as the first
+    # half of the bound: no chunk of such a file is larger than a chunk.
+    line = one_line(150_000)
+    chunks = chunk_markdown("before\n" + line + "\nafter", max_tokens=400, overlap_tokens=80)
+    pieces = [c for c in chunks if c.start_line == 2]
+    assert len(pieces) > 50
+    assert all(p.end_line == 2 and p.token_count <= 400 and p.text in line for p in pieces)
+
+
+def test_a_search_of_a_one_line_file_sends_postgres_the_snippet_budget_not_the_line(long_line_agent, settings):
+    alice, line = long_line_agent
+    sent = Sent()
+    with connection.execute_wrapper(sent):
+        response = memory_search(agent=alice.agent, query="zanzibar", mode="keyword", max_results=6)
+    budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
+    from_dump = [r for r in response.results if r.path == "workspace/dump.json"]
+    assert len(from_dump) == 1  # one line, shown once
+    assert (from_dump[0].start_line, from_dump[0].end_line) == (1, 1)
+    assert "zanzibar" in from_dump[0].snippet and len(from_dump[0].snippet) <= budget
+    assert any(r.path == "memory/trip.md" for r in response.results)
+    # Before: the 150 KB line went to Postgres once per candidate (tens of MB in all).
+    assert max(map(len, sent.lexed_lines)) <= budget
+    assert sent.bytes < 50_000, f"{sent.bytes} bytes sent for a {len(line)}-character line"
+
+
+def test_each_line_is_lexed_at_most_once_per_search(long_line_agent):
+    alice, _ = long_line_agent
+    sent = Sent()
+    with connection.execute_wrapper(sent):
+        memory_search(agent=alice.agent, query="zanzibar harbour", mode="keyword", max_results=6)
+    # Before: every candidate piece of the long line (and every second snippet) sent it again.
+    assert len(sent.lexed_lines) == len(set(sent.lexed_lines)) <= 5, f"{len(sent.lexed_lines)} lines lexed"  # 5 in both files
+
+
+# --- statement timeout and deadline ----------------------------------------------------------------
+
+
+def test_every_query_of_a_search_runs_under_the_statement_timeout(alice, index_files, notes, settings):
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
+    index_files(alice, {"memory/notes.md": notes})
+    timeouts = []
+
+    def record(execute, sql, params, many, context):
+        if "statement_timeout" not in sql and not sql.startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK")):
+            timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
+        return execute(sql, params, many, context)
+
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    with connection.execute_wrapper(record):
+        response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
+    assert response.results
+    assert len(timeouts) >= 4
+    assert all(t.endswith("ms") and 0 < int(t[:-2]) <= 1234 for t in timeouts), timeouts
+    # Nothing of it outlives the search in the caller's transaction.
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_timeout_is_set_once_per_search_and_put_back(alice, index_files, notes, settings):
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
+    index_files(alice, {"memory/notes.md": notes})
+    assert not connection.in_atomic_block  # as the API runs: autocommit
+    sets, timeouts = [], []
+
+    def record(execute, sql, params, many, context):
+        if "set_config('statement_timeout'" in sql:
+            sets.append(params)
+        elif not connection.in_atomic_block:
+            timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
+        return execute(sql, params, many, context)
+
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    with connection.execute_wrapper(record):
+        response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
+    assert response.results and len(timeouts) >= 3
+    assert set(timeouts) == {"1234ms"}
+    assert len(sets) == 2  # set, then put back: no round trips per phase
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
+
+
+@pytest.fixture
+def lock_table():
+    """lock_table(name): another connection takes an ACCESS EXCLUSIVE lock on the table, so any query
+    reading it waits; released after 30 s at most (then the old code's search would go on), or at the end."""
+    holders = []
+
+    def lock(table: str) -> None:
+        params = connection.get_connection_params()
+        holder = psycopg.connect(**{k: params[k] for k in ("dbname", "user", "password", "host", "port") if params.get(k)})
+        holder.execute("SET lock_timeout = '5s'")
+        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        timer = threading.Timer(30, holder.rollback)
+        timer.start()
+        holders.append((holder, timer))
+
+    yield lock
+    for holder, timer in holders:
+        timer.cancel()
+        holder.rollback()
+        holder.close()
+
+
+@pytest.fixture
+def short_bounds(settings):
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 500
+    settings.MEMORYHUB_SEARCH_DEADLINE_MS = 2000
+
+
+def test_a_blocked_keyword_search_answers_503_within_its_deadline(alice, index_files, notes, lock_table, short_bounds):
+    index_files(alice, {"memory/notes.md": notes})
+    lock_table("search_keywordagentstats")  # the keyword half reads it first
+    started = time.monotonic()
+    response = alice.client.post("/api/v1/search", {"query": "billing", "mode": "keyword"}, format="json")
+    took = time.monotonic() - started
+    assert response.status_code == 503, response.content
+    assert response.json()["error"]["code"] == "search_timeout" and response["Retry-After"] == "1"
+    assert took < 15, f"answered after {took:.1f} s"  # before: waited for the lock (30 s here, for ever in life)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_blocked_search_answers_503_too(alice, index_files, notes, lock_table, short_bounds):
+    index_files(alice, {"memory/notes.md": notes})
+    lock_table("search_keywordagentstats")
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    started = time.monotonic()
+    response = alice.client.post("/api/v1/search", {"query": "billing", "mode": "keyword"}, format="json")
+    assert response.status_code == 503, response.content
+    assert time.monotonic() - started < 15
+    # The connection is usable and its statement timeout is its own again.
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
+
+
+def test_a_hybrid_search_answers_what_it_has_when_one_half_is_blocked(alice, index_files, notes, lock_table, short_bounds):
+    index_files(alice, {"memory/notes.md": notes})
+    lock_table("search_keywordagentstats")
+    started = time.monotonic()
+    response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
+    assert time.monotonic() - started < 15
+    assert response.results and response.results[0].path == "memory/notes.md"
+    assert response.mode == "vector"
+    assert "time limit" in response.message
