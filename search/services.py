@@ -39,6 +39,7 @@ from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
 from search.vector import vector_candidates
+from usage.services import search_record
 
 logger = logging.getLogger(__name__)
 
@@ -284,7 +285,9 @@ def _memory_search(
             notes.insert(0, "Nothing matched.")
     if pending:
         notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
-    metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
+    took = time.perf_counter() - started
+    metrics.search_observe(mode=used_mode, results=len(results), seconds=took)
+    search_record(agent_id=agent.pk, mode=used_mode, results=len(results), took_ms=round(took * 1000, 2))
     return SearchResponse(
         results=results,
         mode=used_mode,
