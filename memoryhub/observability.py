@@ -163,7 +163,7 @@ _task_started: dict[str, tuple[float, contextvars.Token]] = {}
 
 @signals.task_prerun.connect
 def _task_prerun(task_id=None, task=None, **kwargs):
-    request_id = getattr(task.request, TASK_HEADER, None) if task is not None else None
+    request_id = getattr(task.request, TASK_HEADER, None)
     if task.request.is_eager:
         request_id = request_id or request_id_var.get()  # eager tasks run inside the request
     _task_started[task_id] = (time.perf_counter(), request_id_var.set(request_id))

@@ -42,7 +42,7 @@ def healthz(request):
 def readyz(request):
     """Readiness: the database answers, a worker consumes the index queue, and how deep that queue is.
 
-    Slower than /healthz (it waits up to MEMORYHUB_READYZ_TIMEOUT for workers to answer a broadcast), so
+    Slower than /healthz (it waits MEMORYHUB_READYZ_TIMEOUT for workers to answer a broadcast), so
     probe it less often; a deployment without a live worker is not ready: uploads would never be indexed.
     """
     from memoryhub import observability

@@ -185,10 +185,14 @@ def memory_search(
     """Search one agent's memory. Raises ApiError (400) for bad input, SearchUnavailable (503) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
-        return _memory_search(
+        response = _memory_search(
             agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
             explain=explain, deadline=deadline,
         )
+        # Usage bookkeeping: one small row, written even when the deadline has passed (slow searches are
+        # the ones worth seeing); a failure to write it never fails the search.
+        search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
+    return response
 
 
 def _memory_search(
@@ -285,9 +289,7 @@ def _memory_search(
             notes.insert(0, "Nothing matched.")
     if pending:
         notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
-    took = time.perf_counter() - started
-    metrics.search_observe(mode=used_mode, results=len(results), seconds=took)
-    search_record(agent_id=agent.pk, mode=used_mode, results=len(results), took_ms=round(took * 1000, 2))
+    metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,
         mode=used_mode,

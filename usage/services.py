@@ -1,13 +1,17 @@
 """Recording searches and rolling activity up into hourly counters (UsageHour)."""
 
+import logging
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from indexing.models import IndexJob, MemoryFile
 from usage.models import SearchEvent, UsageHour
+
+logger = logging.getLogger(__name__)
 
 # Each roll-up recomputes this many hours back from the current one: a job counts in the hour it was
 # created but its figures are final only when it finishes, which may be in a later hour.
@@ -19,7 +23,13 @@ _COUNTERS = ["searches", "writes", "chunks_embedded", "cache_hits", "failures"]
 
 
 def search_record(*, agent_id: int, mode: str, results: int, took_ms: float) -> None:
-    SearchEvent.objects.create(agent_id=agent_id, mode=mode, results=min(results, 32767), took_ms=took_ms)
+    """Record one search for the usage page. Errors are logged, never raised: the search has its answer.
+    The savepoint keeps a failed insert from breaking a caller's transaction."""
+    try:
+        with transaction.atomic():
+            SearchEvent.objects.create(agent_id=agent_id, mode=mode, results=min(results, 32767), took_ms=took_ms)
+    except DatabaseError:
+        logger.warning("usage: a search could not be recorded", exc_info=True)
 
 
 def hour_floor(moment: datetime) -> datetime:

@@ -99,3 +99,16 @@ def test_the_usage_page_draws_charts_at_a_fixed_number_of_queries(client, alice)
 def test_the_usage_page_is_for_staff_only(client, alice):
     response = client.get("/admin/usage/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_a_search_still_answers_when_its_usage_row_cannot_be_written(alice, monkeypatch):
+    from django.db import DatabaseError
+
+    def broken(**kwargs):
+        raise DatabaseError("disk full")
+
+    monkeypatch.setattr(SearchEvent.objects, "create", broken)
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    monkeypatch.undo()
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200  # the connection is fine
+    assert SearchEvent.objects.count() == 1
