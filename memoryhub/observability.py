@@ -183,6 +183,16 @@ def _task_postrun(task_id=None, task=None, state=None, **kwargs):
     request_id_var.reset(token)
 
 
+class RouteNotPath(logging.Filter):
+    """Django logs a 5xx as "<reason>: <raw path>"; the raw path can name a memory file, so it becomes the route."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)
+        if record.name == "django.request" and request is not None and len(record.args or ()) == 2:
+            record.args = (record.args[0], _route(request))
+        return True
+
+
 def logging_config(*, log_format: str, level: str) -> dict:
     """The LOGGING setting: every record to stderr in `log_format` (json or text)."""
     formatter = JsonFormatter if log_format == "json" else TextFormatter
@@ -190,7 +200,8 @@ def logging_config(*, log_format: str, level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"memoryhub": {"()": formatter}},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "memoryhub"}},
+        "filters": {"route_not_path": {"()": RouteNotPath}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "memoryhub", "filters": ["route_not_path"]}},
         "root": {"handlers": ["console"], "level": level},
         # Every request already has its line (route, status); Django's 4xx warnings would add the raw path.
         "loggers": {"django.request": {"level": "ERROR"}},

@@ -22,7 +22,8 @@ def json_log(settings):
     config = observability.logging_config(log_format="json", level="INFO")
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(config["formatters"]["memoryhub"]["()"]())  # the class named in the config
+    handler.setFormatter(config["formatters"]["memoryhub"]["()"]())  # the classes named in the config
+    handler.addFilter(config["filters"]["route_not_path"]["()"]())
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(handler)
@@ -132,3 +133,21 @@ def test_the_worker_logs_the_request_id_of_the_upload_that_queued_its_task(alice
     assert task_lines[0]["request_id"] == "req-from-upload-42"
     assert task_lines[0]["task"] == "indexing.tasks.index_job_task" and task_lines[0]["state"] == "SUCCESS"
     assert "quixotic" not in raw and alice.raw_token not in raw
+
+
+@pytest.mark.django_db
+def test_a_server_error_is_logged_with_its_route_not_its_path(alice, json_log, monkeypatch):
+    from indexing import apis
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(apis, "file_ingest", broken)
+    alice.client.raise_request_exception = False
+    response = alice.client.generic("PUT", "/api/v1/files/memory/secret-plans.md", b"x", content_type="text/markdown")
+    assert response.status_code == 500
+    [error] = [line for line in json_log() if line["logger"] == "django.request"]
+    assert error["message"] == "Internal Server Error: api-file"
+    [traceback] = [line for line in json_log() if "exception" in line]  # the API's own error line
+    assert "RuntimeError: boom" in traceback["exception"] and traceback["request_id"] == response["X-Request-ID"]
+    assert "secret-plans" not in json_log.raw()
