@@ -6,6 +6,7 @@ can be matched to the upload that caused them. Request lines name the route, nev
 nothing in them carries a token, file content or query text.
 """
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -43,23 +44,30 @@ def index_queue_name() -> str:
     return getattr(index_job_task, "queue", None) or app.conf.task_default_queue
 
 
-def workers_consuming(*, queue: str, timeout: float) -> int:
-    """How many workers answer within `timeout` seconds and consume `queue` (workers of other queues on
-    the same broker do not make this deployment ready)."""
-    from memoryhub.celery import app
-
-    replies = app.control.inspect(timeout=timeout).active_queues() or {}
-    return sum(1 for queues in replies.values() if any(q.get("name") == queue for q in queues or []))
-
-
-def queue_depth(*, queue: str) -> int:
-    """Messages waiting in `queue` (all priority levels); a passive declare, so it creates nothing."""
+@contextlib.contextmanager
+def _broker(*, timeout: float):
+    """A broker connection made with one quick attempt: a probe or a scrape must answer fast when the
+    broker is down, not retry for seconds as a worker would."""
     from memoryhub.celery import app
 
     with app.connection_for_read() as connection:
-        channel = connection.default_channel
+        connection.ensure_connection(max_retries=1, interval_start=0, timeout=timeout)
+        yield app, connection
+
+
+def workers_consuming(*, queue: str, timeout: float) -> int:
+    """How many workers answer within `timeout` seconds and consume `queue` (workers of other queues on
+    the same broker do not make this deployment ready)."""
+    with _broker(timeout=timeout) as (app, connection):
+        replies = app.control.inspect(timeout=timeout, connection=connection).active_queues() or {}
+    return sum(1 for queues in replies.values() if any(q.get("name") == queue for q in queues or []))
+
+
+def queue_depth(*, queue: str, timeout: float = 1.0) -> int:
+    """Messages waiting in `queue` (all priority levels); a passive declare, so it creates nothing."""
+    with _broker(timeout=timeout) as (app, connection):
         try:
-            return channel.queue_declare(queue=queue, passive=True).message_count
+            return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
         except Exception:
             return 0  # the queue does not exist yet: nothing was ever queued on it
 
