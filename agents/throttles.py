@@ -17,6 +17,7 @@ from rest_framework.throttling import BaseThrottle
 
 from agents.models import AgentToken
 from agents.services import token_digest
+from memoryhub import metrics
 from memoryhub.errors import ApiError, error_body, is_api_path
 from memoryhub.ratelimit import Rate, rate_limit_hit
 
@@ -43,6 +44,7 @@ class RateLimited(ApiError):
             message=f"Too many {bucket} requests for this token (at most {rate}). Retry in {wait:.1f} s.",
         )
         self.wait = max(1, round(wait))
+        metrics.throttled_increment(scope=bucket)
 
 
 def rate_limit_check(*, token: AgentToken, bucket: str) -> None:
@@ -80,6 +82,7 @@ class RateLimitedTokensMiddleware:
                 until = _penalties.get((token_digest(raw.strip()), bucket), 0.0)
                 wait = until - time.monotonic()
                 if wait > 0:
+                    metrics.throttled_increment(scope=bucket)
                     response = JsonResponse(
                         error_body("rate_limited", f"Too many {bucket} requests for this token. Retry in {wait:.1f} s."),
                         status=429,

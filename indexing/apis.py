@@ -6,6 +6,7 @@ bare 400 from Django), and a signed write's HMAC (agents/permissions.py) on the 
 """
 
 from django.conf import settings
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -375,3 +376,26 @@ class JobGetApi(APIView):
 
     def get(self, request, job_id: int):
         return Response(self.OutputSerializer(job_get(agent=request.user, job_id=job_id)).data)
+
+
+# --- Export --------------------------------------------------------------------------------------
+
+
+class AgentExportApi(APIView):
+    """GET /api/v1/export — every file of the token's agent as JSON Lines (docs/operations.md).
+
+    The token decides the agent: there is no parameter naming another one.
+    """
+
+    required_scope = "read"
+
+    @extend_schema(
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+        description="A header line, then one `{path, source, mtime, hash, content}` line per file, by path.",
+    )
+    def get(self, request):
+        from indexing.export import agent_export_lines
+
+        response = StreamingHttpResponse(agent_export_lines(agent=request.user), content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="memoryhub-{request.user.slug}.jsonl"'
+        return response

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from indexing.embeddings import EmbeddingProvider, ProviderInputsRejected, Vector
 from indexing.models import EmbeddingCache
+from memoryhub import metrics
 
 # Rows per lookup query; keeps the IN (...) list and the result set bounded.
 _LOOKUP_BATCH = 1000
@@ -68,8 +69,14 @@ def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: in
         try:
             vectors = provider.embed_documents([first_text[digest] for digest in batch])
         except ProviderInputsRejected as exc:
+            metrics.embedding_observe(kind="document", inputs=len(batch), error=True)
             vectors = exc.vectors
             rejected_hashes.update({batch[i]: reason for i, reason in exc.rejected.items()})
+        except Exception:
+            metrics.embedding_observe(kind="document", inputs=len(batch), error=True)
+            raise
+        else:
+            metrics.embedding_observe(kind="document", inputs=len(batch))
         new_rows = []
         for digest, vector in zip(batch, vectors):
             if vector is None:
@@ -90,6 +97,7 @@ def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: in
 
     hits = len(texts) - sum(1 for digest in hashes if digest in rejected_hashes) - embedded
     rejected = {i: rejected_hashes[digest] for i, digest in enumerate(hashes) if digest in rejected_hashes}
+    metrics.embedding_cache_hits(kind="document", hits=hits)
     return EmbedOutcome(
         vectors=[found.get(digest) for digest in hashes], cache_hits=hits, embedded=embedded, rejected=rejected
     )

@@ -45,6 +45,7 @@ from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize, source_resolve
 from indexing.recovery import claimed_files_lease, job_enqueue_on_commit
 from indexing.transcripts import chunk_transcript
+from memoryhub import metrics
 from memoryhub.errors import ApiError, is_lock_conflict
 from search.text import keyword_document
 
@@ -637,6 +638,7 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
             )
             vectors.update(reusable)
             cache_hits = len(vectors)
+            metrics.embedding_cache_hits(kind="document", hits=cache_hits)  # embed_texts counts its own
             missing: dict[str, str] = {}
             for _, spans in work:
                 for span, digest in spans:

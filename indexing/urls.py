@@ -52,4 +52,5 @@ urlpatterns = [
     ),
     path("sync", apis.WorkspaceSyncApi.as_view(), name="api-sync"),
     path("jobs/<int:job_id>", apis.JobGetApi.as_view(), name="api-job"),
+    path("export", apis.AgentExportApi.as_view(), name="api-export"),
 ]

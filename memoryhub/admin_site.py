@@ -15,6 +15,16 @@ class MemoryHubAdminSite(admin.AdminSite):
 
         return super().index(request, {"dashboard": dashboard_stats(), **(extra_context or {})})
 
+    def get_urls(self):
+        from functools import partial
+
+        from django.urls import path
+
+        from usage.admin_views import usage_view
+
+        view = self.admin_view(partial(usage_view, admin_site=self))
+        return [path("usage/", view, name="usage"), *super().get_urls()]
+
     def login(self, request, extra_context=None):
         """Django's login, refused for a while after MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES failed attempts
         for one username from one address — even with the right password, so guessing cannot go on.

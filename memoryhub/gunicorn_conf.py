@@ -21,7 +21,17 @@ keepalive = 5
 # Recycle workers now and then, so slow growth in one process never becomes an outage.
 max_requests = 5000
 max_requests_jitter = 500
-accesslog = "-"
+# In JSON mode each request is logged once by memoryhub.observability (route, not the raw path, which
+# gunicorn's access log would print); plain-text development logs keep gunicorn's line too.
+accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else None
 
 # The workers import Django after this file ran: one pooled connection per thread.
 os.environ.setdefault("MEMORYHUB_DB_POOL_SIZE", str(threads))
+
+
+def child_exit(server, worker):
+    """Prometheus multiprocess mode (docs/operations.md): drop a dead worker's live gauges."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -4,6 +4,7 @@ A bad value stops the process at start-up with a message naming the variable (se
 """
 
 import importlib.util
+import ipaddress
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -38,6 +39,7 @@ INSTALLED_APPS = [
     "agents",
     "indexing",
     "search",
+    "usage",
 ]
 
 MIDDLEWARE = [
@@ -412,9 +414,30 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_choice("MEMORYHUB_LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR"])},
-}
+# --- Operations: readiness, structured logs, metrics (docs/operations.md) ------------------------
+# Seconds /readyz waits for workers to answer; a worker busy with a long task still answers (solo pool aside).
+MEMORYHUB_READYZ_TIMEOUT = env_float("MEMORYHUB_READYZ_TIMEOUT", 1.0, minimum=0.1, maximum=30)
+# json: one JSON object per line with the request id (production); text: plain lines for development.
+MEMORYHUB_LOG_FORMAT = env_choice("MEMORYHUB_LOG_FORMAT", "json", ["json", "text"])
+MIDDLEWARE.insert(0, "memoryhub.observability.RequestLogMiddleware")
+# /metrics answers a scrape carrying `Authorization: Bearer <this>`, or one from these addresses/networks
+# (e.g. 10.0.0.0/8,127.0.0.1); with neither set it answers 404 to everyone.
+MEMORYHUB_METRICS_TOKEN = env_str("MEMORYHUB_METRICS_TOKEN")
+MEMORYHUB_METRICS_ALLOWED_IPS = env_list("MEMORYHUB_METRICS_ALLOWED_IPS", [])
+for _network in MEMORYHUB_METRICS_ALLOWED_IPS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"MEMORYHUB_METRICS_ALLOWED_IPS: {_network!r} is not an address or network") from None
+# Seconds between runs of the task rolling searches and indexing jobs up into hourly usage counters.
+MEMORYHUB_USAGE_ROLLUP_INTERVAL = env_int("MEMORYHUB_USAGE_ROLLUP_INTERVAL", 300, minimum=10)
+CELERY_BEAT_SCHEDULE["usage-rollup"] = {"task": "usage.tasks.usage_rollup_task", "schedule": float(MEMORYHUB_USAGE_ROLLUP_INTERVAL)}
+# Workers log through LOGGING too (same format, with the request id that queued the task).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+from memoryhub.observability import logging_config  # noqa: E402  (needs no Django setup)
+
+LOGGING = logging_config(
+    log_format=MEMORYHUB_LOG_FORMAT,
+    level=env_choice("MEMORYHUB_LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR"]),
+)

@@ -10,6 +10,8 @@ handler500 = "memoryhub.errors.handler500"
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("indexing.urls")),
     path("api/v1/", include("search.urls")),

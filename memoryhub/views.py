@@ -1,11 +1,11 @@
-"""Unauthenticated liveness/readiness: is the database reachable, is the broker reachable.
+"""Unauthenticated liveness (/healthz: database and broker reachable) and readiness (/readyz: a worker too).
 
 It names no versions, hosts or secrets: it is meant to be open to load balancers.
 """
 
 from django.conf import settings
 from django.db import connection
-from django.http import JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 
 
 def _database_ok() -> bool:
@@ -37,3 +37,46 @@ def healthz(request):
         {"status": "ok" if healthy else "unavailable", "database": database, "broker": broker},
         status=200 if healthy else 503,
     )
+
+
+def readyz(request):
+    """Readiness: the database answers, a worker consumes the index queue, and how deep that queue is.
+
+    Slower than /healthz (it waits MEMORYHUB_READYZ_TIMEOUT for workers to answer a broadcast), so
+    probe it less often; a deployment without a live worker is not ready: uploads would never be indexed.
+    """
+    from memoryhub import observability
+
+    database = "ok" if _database_ok() else "unreachable"
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        body = {"database": database, "worker": "in-process", "workers": 0, "queue_depth": 0}
+        ready = database == "ok"
+    else:
+        queue = observability.index_queue_name()
+        try:
+            workers = observability.workers_consuming(queue=queue, timeout=settings.MEMORYHUB_READYZ_TIMEOUT)
+            depth = observability.queue_depth(queue=queue)
+            worker = "ok" if workers else "none"
+        except Exception:
+            workers, depth, worker = 0, None, "broker unreachable"
+        body = {"database": database, "worker": worker, "workers": workers, "queue_depth": depth}
+        ready = database == "ok" and workers > 0
+    return JsonResponse({"status": "ok" if ready else "unavailable", **body}, status=200 if ready else 503)
+
+
+def metrics(request):
+    """Prometheus scrape endpoint. Closed unless MEMORYHUB_METRICS_TOKEN or MEMORYHUB_METRICS_ALLOWED_IPS
+    lets the caller in; anyone else gets the same 404 as an unknown URL, so it does not advertise itself."""
+    from memoryhub import metrics as service_metrics
+
+    allowed = service_metrics.scrape_allowed(
+        authorization=request.headers.get("Authorization", ""),
+        remote_addr=request.META.get("REMOTE_ADDR", ""),
+        token=settings.MEMORYHUB_METRICS_TOKEN,
+        allowed_ips=settings.MEMORYHUB_METRICS_ALLOWED_IPS,
+    )
+    if not allowed:
+        raise Http404
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return HttpResponse(service_metrics.exposition(), content_type=CONTENT_TYPE_LATEST)

@@ -30,6 +30,7 @@ from django.db import connection
 from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
 from indexing.models import Chunk, MemoryFile
+from memoryhub import metrics
 from memoryhub.errors import ApiError
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
@@ -38,6 +39,7 @@ from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
 from search.vector import vector_candidates
+from usage.services import search_record
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +69,18 @@ def query_embedding(*, provider, text: str, timeout: float | None = None) -> lis
         vector = _query_cache.get(key)
         if vector is not None:
             _query_cache.move_to_end(key)
+            metrics.embedding_cache_hits(kind="query", hits=1)
             return vector
     if timeout is None:
         timeout = settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT
-    vector = embed_query_bounded(provider=provider, text=text, timeout=timeout)
+    try:
+        vector = embed_query_bounded(provider=provider, text=text, timeout=timeout)
+    except BreakerOpen:
+        raise  # the provider was not called
+    except Exception:
+        metrics.embedding_observe(kind="query", inputs=1, error=True)
+        raise
+    metrics.embedding_observe(kind="query", inputs=1)
     if size > 0:
         with _query_cache_lock:
             _query_cache[key] = vector
@@ -175,10 +185,14 @@ def memory_search(
     """Search one agent's memory. Raises ApiError (400) for bad input, SearchUnavailable (503) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
-        return _memory_search(
+        response = _memory_search(
             agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
             explain=explain, deadline=deadline,
         )
+        # Usage bookkeeping: one small row, written even when the deadline has passed (slow searches are
+        # the ones worth seeing); a failure to write it never fails the search.
+        search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
+    return response
 
 
 def _memory_search(
@@ -275,6 +289,7 @@ def _memory_search(
             notes.insert(0, "Nothing matched.")
     if pending:
         notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
+    metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,
         mode=used_mode,

@@ -1,0 +1,34 @@
+import gzip
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from agents.models import Agent
+from indexing.export import agent_export_lines
+
+
+class Command(BaseCommand):
+    help = "Write one agent's files as a MemoryHub export (JSON Lines; gzip when the output ends in .gz)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("--output", "-o", default="-", help="File to write (default: standard output).")
+
+    def handle(self, *args, slug, output, **options):
+        agent = Agent.objects.filter(slug=slug).first()
+        if agent is None:
+            raise CommandError(f"No agent {slug!r}.")
+        if output == "-":
+            for line in agent_export_lines(agent=agent):
+                sys.stdout.write(line)
+            return
+        opener = gzip.open if output.endswith(".gz") else open
+        try:
+            with opener(output, "wt", encoding="utf-8") as out:
+                files = -1  # the header is not a file
+                for line in agent_export_lines(agent=agent):
+                    out.write(line)
+                    files += 1
+        except OSError as exc:
+            raise CommandError(f"Cannot write {output}: {exc}") from None
+        self.stderr.write(f"Exported {files} file(s) of agent {slug!r} to {output}.")

@@ -1,0 +1,153 @@
+"""Structured logs: one JSON line per request with its id, route, status, duration and agent, carried into
+the Celery task the request queued; never a token, file content or query text."""
+
+import io
+import json
+import logging
+import time
+
+import pytest
+
+from indexing.models import IndexJob
+from memoryhub import observability
+from tests.indexing.test_worker import worker  # noqa: F401  (the real-worker fixture)
+
+SECRET_CONTENT = "The vault code is quixotic-platypus-4471."
+SECRET_QUERY = "where is the zanzibar-marmalade recipe"
+
+
+@pytest.fixture
+def json_log(settings):
+    """Every record, formatted as settings.LOGGING formats it, collected as parsed lines."""
+    config = observability.logging_config(log_format="json", level="INFO")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(config["formatters"]["memoryhub"]["()"]())  # the classes named in the config
+    handler.addFilter(config["filters"]["route_not_path"]["()"]())
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+    def lines() -> list[dict]:
+        return [json.loads(line) for line in stream.getvalue().splitlines()]  # every line must be JSON
+
+    lines.raw = stream.getvalue
+    yield lines
+    root.removeHandler(handler)
+    root.setLevel(old_level)
+
+
+def _requests(lines):
+    return [line for line in lines() if line["logger"] == "memoryhub.requests"]
+
+
+def test_json_is_the_default_log_format_and_text_can_be_chosen(settings):
+    assert settings.MEMORYHUB_LOG_FORMAT == "json"
+    assert settings.LOGGING["formatters"]["memoryhub"]["()"] is observability.JsonFormatter
+    text = observability.logging_config(log_format="text", level="INFO")
+    assert text["formatters"]["memoryhub"]["()"] is observability.TextFormatter
+
+
+@pytest.mark.django_db
+def test_each_request_is_logged_once_with_its_id_route_status_and_agent(alice, json_log, eager_tasks, fake_embeddings):
+    response = alice.client.generic(
+        "PUT", "/api/v1/files/memory/vault.md", SECRET_CONTENT.encode(), content_type="text/markdown",
+        HTTP_X_REQUEST_ID="req-upload-1",
+    )
+    assert response.status_code == 201, response.content
+    assert response["X-Request-ID"] == "req-upload-1"
+
+    [line] = _requests(json_log)
+    assert line["request_id"] == "req-upload-1"
+    assert line["route"] == "api-file"  # the URL pattern's name, not the path
+    assert line["method"] == "PUT" and line["status"] == 201
+    assert line["agent_id"] == alice.agent.pk
+    assert isinstance(line["duration_ms"], float) and line["duration_ms"] > 0
+    assert "vault" not in json.dumps(line)
+
+
+@pytest.mark.django_db
+def test_logs_carry_no_token_content_or_query(alice, json_log, eager_tasks, fake_embeddings, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.client.generic("PUT", "/api/v1/files/memory/vault.md", SECRET_CONTENT.encode(), content_type="text/markdown")
+    response = alice.client.post("/api/v1/search", {"query": SECRET_QUERY}, format="json")
+    assert response.status_code == 200
+    alice.client.credentials(HTTP_AUTHORIZATION="Bearer mh_" + "x" * 43)  # an unknown token: a 401 line
+    assert alice.client.get("/api/v1/files").status_code == 401
+
+    raw = json_log.raw()
+    assert [line["status"] for line in _requests(json_log)] == [201, 200, 401]
+    assert any(line["logger"] == "memoryhub.tasks" for line in json_log())  # the eager indexing task
+    for secret in (alice.raw_token, "x" * 43, "quixotic", "platypus", "zanzibar", "marmalade", "vault.md"):
+        assert secret not in raw
+
+
+@pytest.mark.django_db
+def test_a_request_id_that_is_not_sane_is_replaced(anonymous_client, json_log):
+    response = anonymous_client.get("/healthz", HTTP_X_REQUEST_ID="bad id\nwith a newline " + "y" * 200)
+    generated = response["X-Request-ID"]
+    assert len(generated) == 32 and generated.isalnum()
+    [line] = _requests(json_log)
+    assert line["request_id"] == generated and line["route"] == "healthz"
+
+
+@pytest.mark.django_db
+def test_an_unknown_url_is_logged_without_its_path(anonymous_client, json_log):
+    assert anonymous_client.get("/no/such/secret-path").status_code == 404
+    [line] = _requests(json_log)
+    assert line["route"] == "unmatched" and line["status"] == 404
+    assert "secret-path" not in json_log.raw()
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_logs_the_request_id_of_the_upload_that_queued_its_task(alice, worker, settings):  # noqa: F811
+    process, log = worker
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash"
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 64
+    response = alice.client.generic(
+        "PUT", "/api/v1/files/memory/vault.md", SECRET_CONTENT.encode(), content_type="text/markdown",
+        HTTP_X_REQUEST_ID="req-from-upload-42",
+    )
+    assert response.status_code == 201, response.content
+    job_id = response.json()["job"]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and process.poll() is None:
+        if IndexJob.objects.get(pk=job_id).state in ("done", "failed"):
+            break
+        time.sleep(0.3)
+    assert IndexJob.objects.get(pk=job_id).state == "done"
+    time.sleep(0.5)  # the task line is written just after the job row
+
+    raw = log.read_text()
+    parsed = []
+    for text in raw.splitlines():
+        try:
+            parsed.append(json.loads(text))
+        except ValueError:
+            continue  # Celery's start-up banner is plain text
+    task_lines = [line for line in parsed if line.get("logger") == "memoryhub.tasks"]
+    assert task_lines, f"no task line in the worker log:\n{raw[-3000:]}"
+    assert task_lines[0]["request_id"] == "req-from-upload-42"
+    assert task_lines[0]["task"] == "indexing.tasks.index_job_task" and task_lines[0]["state"] == "SUCCESS"
+    assert "quixotic" not in raw and alice.raw_token not in raw
+
+
+@pytest.mark.django_db
+def test_a_server_error_is_logged_with_its_route_not_its_path(alice, json_log, monkeypatch):
+    from indexing import apis
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(apis, "file_ingest", broken)
+    alice.client.raise_request_exception = False
+    response = alice.client.generic("PUT", "/api/v1/files/memory/secret-plans.md", b"x", content_type="text/markdown")
+    assert response.status_code == 500
+    [error] = [line for line in json_log() if line["logger"] == "django.request"]
+    assert error["message"] == "Internal Server Error: api-file"
+    [traceback] = [line for line in json_log() if "exception" in line]  # the API's own error line
+    assert "RuntimeError: boom" in traceback["exception"] and traceback["request_id"] == response["X-Request-ID"]
+    assert "secret-plans" not in json_log.raw()

@@ -1,0 +1,114 @@
+"""Usage over time: searches and indexing jobs rolled up into hourly counters per agent, and the admin
+page drawing them, at a fixed number of queries whatever the number of agents."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.services import agent_create
+from indexing.embeddings import ProviderPermanentError
+from indexing.models import IndexJob
+from usage.models import SearchEvent, UsageHour
+from usage.services import hour_floor, usage_rollup
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _tasks(eager_tasks, fake_embeddings):
+    return fake_embeddings
+
+
+def _put(member, path, content, capture):
+    with capture(execute=True):
+        response = member.client.generic("PUT", f"/api/v1/files/{path}", content.encode(), content_type="text/markdown")
+    assert response.status_code == 201, response.content
+
+
+def test_searches_writes_embeddings_and_failures_are_rolled_up_per_agent_and_hour(
+    alice, bob, fake_embeddings, django_capture_on_commit_callbacks
+):
+    _put(alice, "memory/a.md", "alpha words about kettles\n", django_capture_on_commit_callbacks)
+    _put(alice, "memory/b.md", "alpha words about kettles\n", django_capture_on_commit_callbacks)  # reuses a.md's vector
+    fake_embeddings.fail_next(ProviderPermanentError("bad key"), times=1)
+    _put(bob, "memory/c.md", "bob's only note\n", django_capture_on_commit_callbacks)
+    for _ in range(3):
+        assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    assert bob.client.post("/api/v1/search", {"query": "note"}, format="json").status_code == 200
+
+    assert usage_rollup() >= 2
+    hour = hour_floor(timezone.now())
+    mine = UsageHour.objects.get(agent=alice.agent, hour=hour)
+    assert (mine.searches, mine.writes, mine.chunks_embedded, mine.cache_hits, mine.failures) == (3, 2, 1, 1, 0)
+    assert (mine.files, mine.bytes) == (2, 2 * len("alpha words about kettles\n"))
+    theirs = UsageHour.objects.get(agent=bob.agent, hour=hour)
+    assert (theirs.searches, theirs.writes, theirs.failures) == (1, 1, 1)
+
+    # A second run recomputes rather than adds.
+    usage_rollup()
+    assert UsageHour.objects.get(agent=alice.agent, hour=hour).searches == 3
+
+
+def test_search_events_keep_no_query_text_and_old_ones_are_pruned(alice):
+    assert alice.client.post("/api/v1/search", {"query": "secret-words-xyzzy"}, format="json").status_code == 200
+    event = SearchEvent.objects.get(agent=alice.agent)
+    assert "xyzzy" not in str(vars(event))
+    assert event.took_ms > 0 and event.mode in ("hybrid", "keyword", "vector")
+    SearchEvent.objects.filter(pk=event.pk).update(created_at=timezone.now() - timedelta(days=3))
+    usage_rollup()
+    assert not SearchEvent.objects.exists()
+
+
+def _usage_page(client) -> tuple[int, bytes]:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/admin/usage/")
+    assert response.status_code == 200
+    return len(queries), response.content
+
+
+def test_the_usage_page_draws_charts_at_a_fixed_number_of_queries(client, alice):
+    operator = User.objects.create_superuser("operator", "op@example.com", "a-long-operator-password")
+    client.force_login(operator)
+    now = timezone.now()
+    UsageHour.objects.create(agent=alice.agent, hour=hour_floor(now), searches=7, writes=2, files=3, bytes=2048)
+    SearchEvent.objects.create(agent=alice.agent, mode="hybrid", results=4, took_ms=123.4)
+    few, content = _usage_page(client)
+    assert content.count(b'<svg class="mh-chart"') == 14  # 7 series, by hour and by day, drawn on the server
+    assert b"<title>" + hour_floor(now).strftime("%d %b %H:00").encode() + b": 7</title>" in content  # this hour's bar
+    assert b"123.4 ms" in content and b"alice" in content
+    assert b"src=\"http" not in content  # nothing loaded from elsewhere
+
+    for n in range(30):
+        agent = agent_create(slug=f"agent-{n}")
+        for hours in range(0, 24 * 20, 7):
+            UsageHour.objects.create(agent=agent, hour=hour_floor(now) - timedelta(hours=hours), searches=n + 1)
+        SearchEvent.objects.create(agent=agent, mode="keyword", results=1, took_ms=n)
+    many, _ = _usage_page(client)
+    assert many == few
+
+    response = client.get(f"/admin/usage/?agent={alice.agent.pk}")
+    assert response.status_code == 200 and b"Usage of alice" in response.content
+    assert client.get("/admin/usage/?agent=999999").status_code == 404
+    assert client.get("/admin/usage/?agent=abc").status_code == 404
+
+
+def test_the_usage_page_is_for_staff_only(client, alice):
+    response = client.get("/admin/usage/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_a_search_still_answers_when_its_usage_row_cannot_be_written(alice, monkeypatch):
+    from django.db import DatabaseError
+
+    def broken(**kwargs):
+        raise DatabaseError("disk full")
+
+    monkeypatch.setattr(SearchEvent.objects, "create", broken)
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    monkeypatch.undo()
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200  # the connection is fine
+    assert SearchEvent.objects.count() == 1

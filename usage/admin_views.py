@@ -1,0 +1,44 @@
+"""The admin's usage page (/admin/usage/): charts of the hourly counters, the slowest searches."""
+
+from django.http import Http404
+from django.template.response import TemplateResponse
+
+from agents.models import Agent
+from usage.charts import bar_chart
+from usage.selectors import usage_overview
+
+CHARTS = [
+    ("searches", "Searches", ""),
+    ("writes", "Files written", ""),
+    ("chunks_embedded", "Chunks embedded", ""),
+    ("cache_hits", "Embedding cache hits", ""),
+    ("failures", "Failed indexing jobs", ""),
+    ("files", "Files stored", ""),
+    ("bytes", "Bytes stored", "bytes"),
+]
+
+
+def usage_view(request, *, admin_site):
+    agent = None
+    raw = request.GET.get("agent", "")
+    if raw:
+        agent = Agent.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+        if agent is None:
+            raise Http404("No such agent.")
+    overview = usage_overview(agent=agent)
+    charts = [
+        {
+            "hourly": bar_chart(title=title, labels=overview.hours, values=overview.hourly[name], label_format="%d %b %H:00",
+                                unit=unit, level=name in ("files", "bytes")),
+            "daily": bar_chart(title=title, labels=overview.days, values=overview.daily[name], label_format="%d %b",
+                               unit=unit, level=name in ("files", "bytes")),
+        }
+        for name, title, unit in CHARTS
+    ]
+    context = {
+        **admin_site.each_context(request),
+        "title": f"Usage of {agent.slug}" if agent else "Usage over time",
+        "overview": overview,
+        "charts": charts,
+    }
+    return TemplateResponse(request, "admin/usage/usage.html", context)
