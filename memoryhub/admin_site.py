@@ -20,7 +20,7 @@ class MemoryHubAdminSite(admin.AdminSite):
 
         from django.urls import path
 
-        from usage.admin_views import usage_view
+        from memoryhub.usage.admin_views import usage_view
 
         view = self.admin_view(partial(usage_view, admin_site=self))
         return [path("usage/", view, name="usage"), *super().get_urls()]

@@ -39,7 +39,7 @@ INSTALLED_APPS = [
     "agents",
     "indexing",
     "search",
-    "usage",
+    "memoryhub.usage",  # usage over time in the admin (its own app label: usage)
 ]
 
 MIDDLEWARE = [
@@ -431,7 +431,7 @@ for _network in MEMORYHUB_METRICS_ALLOWED_IPS:
         raise ImproperlyConfigured(f"MEMORYHUB_METRICS_ALLOWED_IPS: {_network!r} is not an address or network") from None
 # Seconds between runs of the task rolling searches and indexing jobs up into hourly usage counters.
 MEMORYHUB_USAGE_ROLLUP_INTERVAL = env_int("MEMORYHUB_USAGE_ROLLUP_INTERVAL", 300, minimum=10)
-CELERY_BEAT_SCHEDULE["usage-rollup"] = {"task": "usage.tasks.usage_rollup_task", "schedule": float(MEMORYHUB_USAGE_ROLLUP_INTERVAL)}
+CELERY_BEAT_SCHEDULE["usage-rollup"] = {"task": "memoryhub.usage.tasks.usage_rollup_task", "schedule": float(MEMORYHUB_USAGE_ROLLUP_INTERVAL)}
 # Workers log through LOGGING too (same format, with the request id that queued the task).
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

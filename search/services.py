@@ -39,7 +39,7 @@ from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
 from search.vector import vector_candidates
-from usage.services import search_record
+from memoryhub.usage.services import search_record
 
 logger = logging.getLogger(__name__)
 

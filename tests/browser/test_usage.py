@@ -6,8 +6,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from agents.services import agent_create
-from usage.models import SearchEvent, UsageHour
-from usage.services import hour_floor
+from memoryhub.usage.models import SearchEvent, UsageHour
+from memoryhub.usage.services import hour_floor
 
 
 def test_usage_charts(logged_in, shot):

@@ -37,20 +37,31 @@ class Process:
     def __init__(self, args: list[str], env: dict, log: Path):
         self.log = log
         self._out = open(log, "w")
-        self.popen = subprocess.Popen(args, cwd=BASE_DIR, env=env, stdout=self._out, stderr=subprocess.STDOUT)
+        # A session of its own: stop() and kill() reach its children too (a worker's beat, gunicorn's workers).
+        self.popen = subprocess.Popen(
+            args, cwd=BASE_DIR, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.popen.pid, signum)
+        except ProcessLookupError:
+            pass
 
     def kill(self) -> None:
-        if self.popen.poll() is None:
-            os.kill(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
+        """SIGKILL to the process and everything it started, as when a machine loses it."""
+        self._signal_group(signal.SIGKILL)
+        self.popen.wait()
 
     def stop(self) -> None:
         if self.popen.poll() is None:
-            self.popen.terminate()
+            self._signal_group(signal.SIGTERM)
             try:
                 self.popen.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self._signal_group(signal.SIGKILL)  # whatever is left of the group
+        self.popen.wait()
         self._out.close()
 
     def output(self) -> str:

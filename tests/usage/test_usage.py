@@ -12,8 +12,8 @@ from django.utils import timezone
 from agents.services import agent_create
 from indexing.embeddings import ProviderPermanentError
 from indexing.models import IndexJob
-from usage.models import SearchEvent, UsageHour
-from usage.services import hour_floor, usage_rollup
+from memoryhub.usage.models import SearchEvent, UsageHour
+from memoryhub.usage.services import hour_floor, usage_rollup
 
 pytestmark = pytest.mark.django_db
 

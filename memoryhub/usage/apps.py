@@ -2,5 +2,6 @@ from django.apps import AppConfig
 
 
 class UsageConfig(AppConfig):
-    name = "usage"
+    name = "memoryhub.usage"
+    label = "usage"
     verbose_name = "Usage over time"

@@ -4,8 +4,8 @@ from django.http import Http404
 from django.template.response import TemplateResponse
 
 from agents.models import Agent
-from usage.charts import bar_chart
-from usage.selectors import usage_overview
+from memoryhub.usage.charts import bar_chart
+from memoryhub.usage.selectors import usage_overview
 
 CHARTS = [
     ("searches", "Searches", ""),

@@ -9,7 +9,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from indexing.models import IndexJob, MemoryFile
-from usage.models import SearchEvent, UsageHour
+from memoryhub.usage.models import SearchEvent, UsageHour
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from agents.models import Agent
-from usage.models import SearchEvent, UsageHour
-from usage.services import hour_floor
+from memoryhub.usage.models import SearchEvent, UsageHour
+from memoryhub.usage.services import hour_floor
 
 DAYS = 30
 HOURS = 48
