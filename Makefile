@@ -28,7 +28,7 @@ install-local: $(STAMP)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 
-## make bench-search: LoCoMo search quality through the live API with the local embedder (ARGS="--json", ...)
+## make bench-search: search quality on both dev sets (LoCoMo, meetings) through the live API with the local embedder (ARGS="--json", ...)
 bench-search: install-local
 	$(BIN)/python manage.py migrate --noinput -v 0
 	MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 $(BIN)/python manage.py bench_search $(ARGS)

@@ -494,9 +494,19 @@ class FileIndexOutcome:
 
 
 def chunk_sizes(*, agent: Agent) -> tuple[int, int]:
-    """(max tokens, overlap) for this agent: Agent.overrides ``chunk_tokens`` / ``chunk_overlap``, else
-    the settings. Overriding only the size keeps the overlap at most a fifth of it. Invalid overrides
-    are ignored (with a warning) rather than breaking the agent's indexing."""
+    """(max tokens, overlap) for this agent, never larger than the embedding model reads
+    (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS): a vector is only credited with lines its model saw."""
+    tokens, overlap = _chunk_sizes_asked(agent=agent)
+    window = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
+    if configured_identity().has_vectors and tokens > window:
+        return window, min(overlap, window // 5)
+    return tokens, overlap
+
+
+def _chunk_sizes_asked(*, agent: Agent) -> tuple[int, int]:
+    """Agent.overrides ``chunk_tokens`` / ``chunk_overlap``, else the settings. Overriding only the size
+    keeps the overlap at most a fifth of it. Invalid overrides are ignored (with a warning) rather than
+    breaking the agent's indexing."""
     default_tokens, default_overlap = settings.MEMORYHUB_CHUNK_TOKENS, settings.MEMORYHUB_CHUNK_OVERLAP
     overrides = agent.overrides if isinstance(agent.overrides, dict) else {}
     if "chunk_tokens" not in overrides and "chunk_overlap" not in overrides:

@@ -188,6 +188,11 @@ _DEFAULT_MODELS = {
     "fake": ("fake-hash", 64),
     "none": ("", None),
 }
+# The input window of each provider's models in cl100k tokens: text past it never reaches the vector.
+# OpenAI's embedding models read 8,191 cl100k tokens. all-MiniLM-L6-v2 (and most sentence-transformers
+# models) read 256 word pieces, 254 of them text; chat and meeting text has 1.02-1.03 word pieces per
+# cl100k token (both dev sets, measured with the model's tokenizer), so 220 leaves room for denser text.
+_DEFAULT_INPUT_TOKENS = {"openai": 8191, "local": 220, "fake": 8191, "none": 8191}
 MEMORYHUB_EMBEDDING_MODEL = env_str("MEMORYHUB_EMBEDDING_MODEL") or _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][0]
 # Changing the dimensions (or the model) changes the index identity: chunks embedded under the old
 # identity are ignored by vector search and re-embedded in the background; keyword search keeps
@@ -256,8 +261,12 @@ CELERY_BEAT_SCHEDULE = {
 # Inputs per embedding request (OpenAI allows up to 2048) and tokens per request (OpenAI allows 300k).
 MEMORYHUB_EMBEDDING_BATCH_SIZE = env_int("MEMORYHUB_EMBEDDING_BATCH_SIZE", 256, minimum=1, maximum=2048)
 MEMORYHUB_EMBEDDING_BATCH_TOKENS = env_int("MEMORYHUB_EMBEDDING_BATCH_TOKENS", 100_000, minimum=1, maximum=300_000)
-# Longer inputs are cut to this many tokens before they are sent (8191 for OpenAI's embedding models).
-MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int("MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS", 8191, minimum=1)
+# The model's input window in cl100k tokens (8191 for OpenAI's models, 220 for local all-MiniLM-L6-v2):
+# chunks are never larger (MEMORYHUB_CHUNK_TOKENS is capped to it, so every line a vector is credited
+# with was read by the model), and longer inputs are cut to it before they are sent.
+MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int(
+    "MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS", _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER], minimum=32
+)
 # Retries of one request on 429, 5xx, timeouts and connection errors, before the error is raised.
 MEMORYHUB_EMBEDDING_MAX_RETRIES = env_int("MEMORYHUB_EMBEDDING_MAX_RETRIES", 5, minimum=0, maximum=20)
 # Backoff before retry n is base * 2**n seconds (with jitter, capped at the max delay and honouring Retry-After).
@@ -274,9 +283,11 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
 # --- Search (search) -----------------------------------------------------------------------------
-# How the two halves are fused: weighted (score = weighted mean of cosine similarity and BM25 scaled to
-# the query's best keyword hit) or rrf (reciprocal rank fusion, scaled so rank 1 in both halves is 1.0).
-MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "weighted", ["weighted", "rrf"])
+# How the two halves are fused (search/fusion.py): minmax (each half's scores stretched over this
+# query's candidates, best 1 and worst 0, then their weighted mean: what held on both dev sets, see
+# docs/search.md), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
+# hit), or rrf (reciprocal rank fusion, scaled so rank 1 in both halves is 1.0).
+MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "minmax", ["weighted", "rrf", "minmax"])
 # Weights of the vector and keyword halves (both fusion methods). With 0.5/0.5 the best keyword hit
 # without any vector support scores 0.5, well above the default min_score.
 MEMORYHUB_SEARCH_VECTOR_WEIGHT = env_float("MEMORYHUB_SEARCH_VECTOR_WEIGHT", 0.5, minimum=0, maximum=1)

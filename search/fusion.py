@@ -6,6 +6,13 @@ keyword hit is 1.0. A half that did not return the chunk contributes 0. With the
 best exact keyword hit with no vector support scores 0.5, far above the default ``min_score`` of 0.1 —
 unlike OpenClaw's 0.7/0.3 with 0.35, which silently drops it (openclaw#25183).
 
+Min-max (default): like weighted, but the vector half's similarities are first stretched over this
+query's candidates (best 1, worst 0). Cosine similarities of one agent's memory sit in a narrow band
+(0.3-0.6 for all-MiniLM-L6-v2), while the keyword half already spans 0..1 (BM25 over the query's best),
+so without the stretch the keyword half decides most rankings. The keyword half is not stretched: its
+weakest real match keeps its share instead of dropping to 0 (and under min_score). A single vector
+candidate scores 1.
+
 RRF: ``sum(w / (k + rank))`` over the halves, divided by its maximum ``sum(w / (k + 1))`` so that a chunk
 ranked first by both halves scores 1.0 and one ranked first by one half only scores that half's share.
 
@@ -25,7 +32,7 @@ from django.conf import settings
 
 from search.keyword import KeywordHit
 
-FUSION_METHODS = ("weighted", "rrf")
+FUSION_METHODS = ("weighted", "rrf", "minmax")
 
 
 @dataclass
@@ -80,6 +87,14 @@ def fuse(
             candidate.keyword_rank, candidate.keyword_score = rank, max(0.0, min(1.0, hit.score))
 
     total = vector_weight + keyword_weight
+    if method == "minmax":
+        values = [c.vector_score for c in candidates.values() if c.vector_score is not None]
+        if values:
+            low, high = min(values), max(values)
+            for c in candidates.values():
+                if c.vector_score is not None:
+                    c.vector_score = (c.vector_score - low) / (high - low) if high > low else 1.0
+        method = "weighted"
     if method == "weighted":
         for c in candidates.values():
             c.score = (vector_weight * (c.vector_score or 0.0) + keyword_weight * (c.keyword_score or 0.0)) / total

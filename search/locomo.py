@@ -35,8 +35,8 @@ class TurnLine:
 @dataclass(frozen=True)
 class Question:
     text: str
-    category: int
-    evidence: tuple[str, ...]  # normalised dialogue ids that exist in the conversation
+    category: int | str  # LoCoMo: 1-4; meetings: the domain
+    evidence: tuple[str, ...]  # ids of turns of the conversation (LoCoMo: normalised dialogue ids)
 
 
 @dataclass
@@ -46,6 +46,7 @@ class Conversation:
     turns: dict[str, TurnLine]  # dialogue id ("D3:5") -> its line
     questions: list[Question]  # categories 1-4 with at least one known evidence turn
     skipped_questions: int = 0  # categories 1-4 whose evidence names no turn of the conversation
+    part: str = "tune"  # "tune" or "confirm": the fixed split of a dev set (search/bench_data.py)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Snippet:
 
 @dataclass(frozen=True)
 class QuestionScore:
-    category: int
+    category: int | str
     recall: float
     hit: bool
     reciprocal_rank: float
@@ -191,7 +192,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def scores_summary(scores: list[QuestionScore]) -> Summary:
+def scores_summary(scores: list[QuestionScore], categories: dict = CATEGORIES) -> Summary:
     summary = Summary(
         questions=len(scores),
         evidence_recall=_mean([s.recall for s in scores]),
@@ -202,7 +203,7 @@ def scores_summary(scores: list[QuestionScore]) -> Summary:
         missed_in_shown_file=sum(s.missed_in_shown_file for s in scores),
         missed_near_snippet=sum(s.missed_near_snippet for s in scores),
     )
-    for category, name in CATEGORIES.items():
+    for category, name in categories.items():
         of_category = [s for s in scores if s.category == category]
         summary.categories[str(category)] = {
             "name": name,

@@ -406,6 +406,7 @@ def test_declaring_another_source_for_the_same_text_indexes_it_again(alice, fake
 def test_invalid_chunk_overrides_fall_back_to_the_defaults(alice, settings):
     from indexing.services import chunk_sizes
 
+    settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 8191  # overrides only: no model window in the way
     for overrides in ({"chunk_tokens": "big"}, {"chunk_tokens": 10}, {"chunk_tokens": 100, "chunk_overlap": 100}, {"chunk_tokens": True}):
         alice.agent.overrides = overrides
         assert chunk_sizes(agent=alice.agent) == (settings.MEMORYHUB_CHUNK_TOKENS, settings.MEMORYHUB_CHUNK_OVERLAP)

@@ -56,7 +56,7 @@ def live_api(live_server, settings):
 def test_it_reports_recall_of_every_question_through_the_live_api(live_api, tiny_data, tmp_path, capsys):
     details = tmp_path / "details.jsonl"
     call_command("bench_search", "--base-url", live_api, "--data", str(tiny_data), "--json", "--details", str(details))
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["sets"]["locomo"]
 
     assert report["questions"] == 2  # category 5 is left out
     assert report["evidence_turns"] == 2
@@ -67,13 +67,14 @@ def test_it_reports_recall_of_every_question_through_the_live_api(live_api, tiny
     assert report["latency_ms"]["client_p95"] > 0
     lines = [json.loads(line) for line in details.read_text().splitlines()]
     assert [line["evidence"] for line in lines] == [{"D1:1": ["memory/session-01.md", 3]}, {"D2:1": ["memory/session-02.md", 3]}]
-    assert not Agent.objects.filter(slug__startswith="locomo-").exists()  # cleaned up
+    assert not Agent.objects.filter(slug__startswith="bench-").exists()  # cleaned up
+    assert set(report["parts"]) == {"tune"}  # a one-conversation set is all tune part
 
 
 def test_text_output_names_the_figures(live_api, tiny_data, capsys):
     call_command("bench_search", "--base-url", live_api, "--data", str(tiny_data), "--mode", "keyword")
     out = capsys.readouterr().out
-    assert "evidence recall 1.000" in out and "mode sent: keyword, answered: keyword" in out
+    assert "all      evidence recall 1.000" in out and "mode sent: keyword" in out and "answered: keyword" in out
     assert "server took_ms p50" in out
 
 
@@ -82,3 +83,49 @@ def test_settings_other_than_search_ones_are_refused(tiny_data):
         call_command("bench_search", "--data", str(tiny_data), "--set", "SECRET_KEY=x")
     with pytest.raises(CommandError, match="cannot change a --base-url server"):
         call_command("bench_search", "--data", str(tiny_data), "--base-url", "http://127.0.0.1:9", "--set", "MEMORYHUB_SEARCH_X=1")
+
+
+MEETINGS = {
+    "name": "tiny-meetings",
+    "workspaces": [
+        {
+            "id": f"m{index}",
+            "files": {f"meetings/m{index}.md": f"# Meeting {index}\n\nChair: we open.\nAna: the remote needs a {colour} case.\nBen: agreed, {colour} it is.\n"},
+            "questions": [
+                {"question": f"What colour case did they choose in meeting {index}?", "evidence": [[f"meetings/m{index}.md", 4], [f"meetings/m{index}.md", 5]], "category": "product"},
+                {"question": "nothing", "evidence": [[f"meetings/m{index}.md", 99]], "category": "product"},  # no such line: skipped
+            ],
+        }
+        for index, colour in enumerate(["yellow", "green", "blue", "red"])
+    ],
+}
+
+
+def test_a_meetings_set_is_scored_by_part_and_domain_next_to_locomo(live_api, tiny_data, tmp_path, capsys):
+    meetings = tmp_path / "meetings.json"
+    meetings.write_text(json.dumps(MEETINGS))
+    call_command("bench_search", "--base-url", live_api, "--data", str(tiny_data), "--data", str(meetings), "--json")
+    report = json.loads(capsys.readouterr().out)
+
+    assert set(report["sets"]) == {"locomo", "meetings"}
+    result = report["sets"]["meetings"]
+    assert result["conversations"] == 4 and result["questions"] == 4 and result["skipped_questions"] == 4
+    assert result["categories"]["product"]["questions"] == 4
+    assert set(result["parts"]) == {"tune", "confirm"}  # workspace 3 (index 3 mod 7) is in the confirm part
+    assert result["parts"]["confirm"]["questions"] == 1
+    assert result["evidence_recall"] == 1.0
+
+
+def test_part_selects_the_confirm_conversations_only(live_api, tmp_path, capsys):
+    meetings = tmp_path / "meetings.json"
+    meetings.write_text(json.dumps(MEETINGS))
+    call_command("bench_search", "--base-url", live_api, "--data", str(meetings), "--part", "confirm", "--json")
+    result = json.loads(capsys.readouterr().out)["sets"]["meetings"]
+    assert result["conversations"] == 1 and set(result["parts"]) == {"confirm"}
+
+
+def test_a_file_of_another_shape_is_refused(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text('{"something": 1}')
+    with pytest.raises(CommandError, match="neither a LoCoMo"):
+        call_command("bench_search", "--data", str(other), "--base-url", "http://127.0.0.1:9")

@@ -80,3 +80,21 @@ def test_near_duplicates_go_last_and_the_best_hits_get_a_second_snippet():
     assert hits[0].score == 1.0  # the second entry is a copy; the hit keeps its score
     single = overlaps_deferred(hits, span=lambda c: spans[c.chunk_id], second_snippet=0)
     assert [c.chunk_id for c in single] == [1, 3, 4, 2]
+
+
+def test_minmax_stretches_the_vector_half_over_the_querys_candidates():
+    # Similarities 0.80 / 0.75 / 0.70 (a narrow band) become 1 / 0.5 / 0; keyword scores stay as they are.
+    ranked = fuse(vector=[(1, 0.20), (2, 0.25), (3, 0.30)], keyword=kw((3, 1.0), (4, 0.2)), method="minmax")
+    scores = {c.chunk_id: c.score for c in ranked}
+    assert scores[1] == pytest.approx(0.5 * 1.0)
+    assert scores[2] == pytest.approx(0.5 * 0.5)
+    assert scores[3] == pytest.approx(0.5 * 0.0 + 0.5 * 1.0)
+    assert scores[4] == pytest.approx(0.5 * 0.2)  # a weaker keyword match keeps its share (above min_score)
+    assert [c.chunk_id for c in ranked][:2] == [1, 3]  # ties: the better vector rank first
+    # Weighted fusion lets the narrow vector band hand the ranking to the keyword half: chunk 3 first.
+    assert [c.chunk_id for c in fuse(vector=[(1, 0.20), (2, 0.25), (3, 0.30)], keyword=kw((3, 1.0), (4, 0.2)))][0] == 3
+
+
+def test_minmax_keeps_the_best_keyword_hit_above_the_default_threshold():
+    ranked = fuse(vector=[(1, 0.3)], keyword=kw((7, 1.0)), method="minmax")
+    assert {c.chunk_id: c.score for c in ranked}[7] == pytest.approx(0.5)

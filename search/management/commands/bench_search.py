@@ -1,11 +1,15 @@
-"""Search quality benchmark: the LoCoMo protocol of DESIGN.md against the live HTTP API.
+"""Search quality benchmark against the live HTTP API, on the two dev sets (search/bench_data.py).
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python manage.py bench_search [--json]
-        [--set MEMORYHUB_SEARCH_X=value ...] [--mode hybrid|vector|keyword] [--base-url URL]
+        [--data FILE ...] [--part tune|confirm|all] [--set MEMORYHUB_SEARCH_X=value ...]
+        [--mode hybrid|vector|keyword] [--base-url URL]
 
-One agent per conversation (created in the configured database, deleted afterwards unless --keep),
-its sessions uploaded through `POST /api/v1/sync`, `status.pending` awaited, then every question of
-categories 1-4 sent to `POST /api/v1/search` with the defaults. Without --base-url the command starts
+Each --data file is a LoCoMo file or a meetings file (recognised by shape); the default is both dev
+sets from ../shared/data/ (locomo-dev.json, qmsum-dev.json; not shipped, see the README). One agent per
+conversation or meeting workspace (created in the configured database, deleted afterwards unless
+--keep), its files uploaded through `POST /api/v1/sync`, `status.pending` awaited, then every question
+sent to `POST /api/v1/search` with the defaults. Figures are reported per set for its tune and confirm
+parts and for both together. Without --base-url the command starts
 its own gunicorn on a free local port, on the same database, indexing inside the web process
 (MEMORYHUB_TASKS_EAGER=1) and with the --set overrides in its environment. With --base-url the
 server must use the same database (the agents are created here) and its own settings.
@@ -33,9 +37,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Agent
 from agents.services import agent_create, agent_token_create
-from search.locomo import conversation_load, percentile, question_score, scores_summary
+from search.bench_data import PARTS, dev_set_load
+from search.locomo import percentile, question_score, scores_summary
 
-DEFAULT_DATA = Path(settings.BASE_DIR).parent / "shared" / "data" / "locomo-dev.json"
+DATA_DIR = Path(settings.BASE_DIR).parent / "shared" / "data"
+DEFAULT_DATA = [DATA_DIR / "locomo-dev.json", DATA_DIR / "qmsum-dev.json"]
 OVERRIDABLE = ("MEMORYHUB_SEARCH_", "MEMORYHUB_CHUNK_")
 
 
@@ -53,13 +59,18 @@ class Api:
             method=method,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise CommandError(f"{method} /api/v1/{path} answered {exc.code}: {exc.read()[:500]!r}") from exc
-        except urllib.error.URLError as exc:
-            raise CommandError(f"{method} /api/v1/{path} failed: {exc.reason}") from exc
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code == 429:  # a --base-url server's rate limit: wait as told
+                    time.sleep(float(exc.headers.get("Retry-After") or 1))
+                    continue
+                raise CommandError(f"{method} /api/v1/{path} answered {exc.code}: {exc.read()[:500]!r}") from exc
+            except urllib.error.URLError as exc:
+                raise CommandError(f"{method} /api/v1/{path} failed: {exc.reason}") from exc
+        raise CommandError(f"{method} /api/v1/{path} was still rate-limited after 100 tries")
 
 
 def _free_port() -> int:
@@ -77,6 +88,8 @@ def web_server(*, overrides: dict[str, str], startup_timeout: float = 180):
     env = {
         **os.environ, **overrides, "DATABASE_URL": database_url(), "MEMORYHUB_TASKS_EAGER": "1",
         "DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(32), "ALLOWED_HOSTS": "127.0.0.1",
+        # Questions go back to back, far faster than an agent asks: no per-token rate for this server.
+        "MEMORYHUB_RATE_LIMIT_SEARCH": "0", "MEMORYHUB_RATE_LIMIT_SYNC": "0", "MEMORYHUB_RATE_LIMIT_READ": "0",
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     }
     log = tempfile.NamedTemporaryFile("w+", prefix="bench-search-web-", suffix=".log", delete=False)
@@ -122,15 +135,16 @@ def _parse_overrides(values: list[str]) -> dict[str, str]:
 
 
 class Command(BaseCommand):
-    help = "Run the LoCoMo retrieval benchmark through the live search API and print recall, hit rate, MRR and latency."
+    help = "Run the search-quality benchmark (LoCoMo and meetings) through the live search API: recall, hit rate, MRR, latency."
 
     def add_arguments(self, parser):
-        parser.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo JSON (default: ../shared/data/locomo-dev.json)")
+        parser.add_argument("--data", action="append", default=[], help="a dev-set file, repeatable (default: both dev sets in ../shared/data/)")
+        parser.add_argument("--part", choices=PARTS, default="all", help="the tune or confirm part of each set, or all (default)")
         parser.add_argument("--base-url", default="", help="a running MemoryHub on this database (default: start one)")
         parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                            help="a MEMORYHUB_SEARCH_* (or MEMORYHUB_CHUNK_*) setting for the started server; repeatable")
+                            help="a MEMORYHUB_SEARCH_* / MEMORYHUB_CHUNK_* setting for the server this command starts")
         parser.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="send this mode instead of the default")
-        parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations")
+        parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations of each set")
         parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
         parser.add_argument("--details", default="", help="write one JSON line per question to this file")
         parser.add_argument("--keep", action="store_true", help="keep the agents (and their files) afterwards")
@@ -140,37 +154,45 @@ class Command(BaseCommand):
         overrides = _parse_overrides(options["overrides"])
         if options["base_url"] and overrides:
             raise CommandError("--set configures the server this command starts; it cannot change a --base-url server")
-        try:
-            samples = json.loads(Path(options["data"]).read_text())
-        except (OSError, ValueError) as exc:
-            raise CommandError(f"cannot read the LoCoMo data {options['data']}: {exc}") from exc
-        if options["conversations"]:
-            samples = samples[: options["conversations"]]
-        conversations = [conversation_load(sample) for sample in samples]
+        dev_sets = []
+        for path in options["data"] or DEFAULT_DATA:
+            try:
+                dev = dev_set_load(path)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise CommandError(f"cannot read the dev set {path}: {exc}") from exc
+            dev.conversations = [c for c in dev.conversations if options["part"] in ("all", c.part)]
+            if options["conversations"]:
+                dev.conversations = dev.conversations[: options["conversations"]]
+            dev_sets.append((str(path), dev))
 
         load_before = os.getloadavg()
         server = contextlib.nullcontext(options["base_url"]) if options["base_url"] else web_server(overrides=overrides)
         run = uuid.uuid4().hex[:6]
         agents: list[Agent] = []
+        sets = {}
+        details = open(options["details"], "w") if options["details"] else None
         try:
             with server as base_url:
-                apis = []
-                for conversation in conversations:
-                    agent = agent_create(slug=f"locomo-{conversation.sample_id or len(agents)}-{run}")
-                    agents.append(agent)
-                    _, token = agent_token_create(agent=agent, label="bench_search")
-                    apis.append(Api(base_url, token, timeout=options["timeout"]))
-                index = self._upload(conversations, apis, timeout=options["timeout"])
-                report = self._ask(conversations, apis, mode=options["mode"], details_path=options["details"])
+                for path, dev in dev_sets:
+                    apis = []
+                    for conversation in dev.conversations:
+                        agent = agent_create(slug=f"bench-{dev.name}-{len(agents)}-{run}")
+                        agents.append(agent)
+                        _, token = agent_token_create(agent=agent, label="bench_search")
+                        apis.append(Api(base_url, token, timeout=options["timeout"]))
+                    index = self._upload(dev.conversations, apis, timeout=options["timeout"])
+                    sets[dev.name] = {"data": path, "index": index, **self._ask(dev, apis, mode=options["mode"], details=details)}
         finally:
+            if details:
+                details.close()
             if not options["keep"]:
                 for agent in agents:
                     agent.delete()
-        report.update(
-            data=str(options["data"]), base_url=options["base_url"] or "started by the command", overrides=overrides,
-            mode_sent=options["mode"] or "default", index=index,
-            load_average={"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()},
-        )
+        report = {
+            "sets": sets, "part": options["part"], "base_url": options["base_url"] or "started by the command",
+            "overrides": overrides, "mode_sent": options["mode"] or "default",
+            "load_average": {"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()},
+        }
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
         else:
@@ -200,67 +222,67 @@ class Command(BaseCommand):
             "embedding": statuses[0]["embedding"] if statuses else {},
         }
 
-    def _ask(self, conversations, apis, *, mode: str | None, details_path: str) -> dict:
-        scores, client_ms, server_ms, modes = [], [], [], set()
-        details = open(details_path, "w") if details_path else None
-        try:
-            for conversation, api in zip(conversations, apis):
-                api.call("POST", "search", {"query": "warm up"})  # loads the query embedder; not timed
-                for question in conversation.questions:
-                    body = {"query": question.text} | ({"mode": mode} if mode else {})
-                    t0 = time.perf_counter()
-                    response = api.call("POST", "search", body)
-                    client_ms.append((time.perf_counter() - t0) * 1000)
-                    server_ms.append(float(response.get("took_ms", 0.0)))
-                    modes.add(response.get("mode"))
-                    score = question_score(question=question, turns=conversation.turns, results=response["results"])
-                    scores.append(score)
-                    if details:
-                        details.write(json.dumps({
-                            "conversation": conversation.sample_id, "question": question.text,
-                            "category": question.category, "evidence": {
-                                dia_id: [conversation.turns[dia_id].path, conversation.turns[dia_id].line]
-                                for dia_id in question.evidence
-                            },
-                            "score": asdict(score),
-                            "results": [{k: r.get(k) for k in ("path", "start_line", "end_line", "score")} for r in response["results"]],
-                        }) + "\n")
-        finally:
-            if details:
-                details.close()
-        summary = scores_summary(scores)
+    def _ask(self, dev, apis, *, mode: str | None, details) -> dict:
+        scores_by_part: dict[str, list] = {"tune": [], "confirm": []}
+        client_ms, server_ms, modes = [], [], set()
+        for conversation, api in zip(dev.conversations, apis):
+            api.call("POST", "search", {"query": "warm up"})  # loads the query embedder; not timed
+            for question in conversation.questions:
+                body = {"query": question.text} | ({"mode": mode} if mode else {})
+                t0 = time.perf_counter()
+                response = api.call("POST", "search", body)
+                client_ms.append((time.perf_counter() - t0) * 1000)
+                server_ms.append(float(response.get("took_ms", 0.0)))
+                modes.add(response.get("mode"))
+                score = question_score(question=question, turns=conversation.turns, results=response["results"])
+                scores_by_part[conversation.part].append(score)
+                if details:
+                    details.write(json.dumps({
+                        "set": dev.name, "conversation": conversation.sample_id, "part": conversation.part,
+                        "question": question.text, "category": question.category,
+                        "evidence": {key: [conversation.turns[key].path, conversation.turns[key].line] for key in question.evidence},
+                        "score": asdict(score),
+                        "results": [{k: r.get(k) for k in ("path", "start_line", "end_line", "score")} for r in response["results"]],
+                    }) + "\n")
+        everything = scores_by_part["tune"] + scores_by_part["confirm"]
         return {
-            "conversations": len(conversations),
-            "skipped_questions": sum(c.skipped_questions for c in conversations),
+            "conversations": len(dev.conversations),
+            "skipped_questions": sum(c.skipped_questions for c in dev.conversations),
             "modes_answered": sorted(m for m in modes if m),
-            **asdict(summary),
+            **asdict(scores_summary(everything, dev.categories)),
+            "parts": {part: asdict(scores_summary(scores, dev.categories)) for part, scores in scores_by_part.items() if scores},
             "latency_ms": {
                 "client_p50": round(percentile(client_ms, 0.5), 1), "client_p95": round(percentile(client_ms, 0.95), 1),
                 "server_p50": round(percentile(server_ms, 0.5), 1), "server_p95": round(percentile(server_ms, 0.95), 1),
             },
         }
 
-    def _print(self, r: dict) -> None:
+    def _print(self, report: dict) -> None:
         out = self.stdout.write
-        embedding = r["index"]["embedding"]
-        out(f"LoCoMo: {r['conversations']} conversations, {r['questions']} questions of categories 1-4 "
-            f"({r['skipped_questions']} without a usable evidence id skipped), {r['evidence_turns']} evidence turns")
-        out(f"server: {r['base_url']}; embedding {embedding.get('provider')} {embedding.get('model') or ''} "
-            f"({embedding.get('dimensions')} dims); mode sent: {r['mode_sent']}, answered: {', '.join(r['modes_answered'])}")
-        if r["overrides"]:
-            out("settings: " + " ".join(f"{k}={v}" for k, v in r["overrides"].items()))
-        out(f"indexed {r['index']['files']} files into {r['index']['chunks']} chunks in {r['index']['seconds']:.1f} s"
-            + (f" ({r['index']['failed']} failed)" if r["index"]["failed"] else ""))
-        out("")
-        out(f"evidence recall {r['evidence_recall']:.3f}   hit rate {r['hit_rate']:.3f}   MRR {r['mrr']:.3f}")
-        for category, c in r["categories"].items():
-            out(f"  {category} {c['name']:<12} {c['questions']:>4} questions   recall {c['evidence_recall']:.3f}   "
-                f"hit {c['hit_rate']:.3f}   MRR {c['mrr']:.3f}")
-        out(f"evidence turns found {r['evidence_found']} of {r['evidence_turns']}; of the missed, "
-            f"{r['missed_in_shown_file']} were in a shown file ({r['missed_near_snippet']} within 2 lines of a snippet)")
-        latency = r["latency_ms"]
-        out(f"latency: client p50 {latency['client_p50']:.1f} ms, p95 {latency['client_p95']:.1f} ms; "
-            f"server took_ms p50 {latency['server_p50']:.1f} ms, p95 {latency['server_p95']:.1f} ms")
-        load = r["load_average"]
+        out(f"server: {report['base_url']}; mode sent: {report['mode_sent']}; part: {report['part']}")
+        if report["overrides"]:
+            out("settings: " + " ".join(f"{k}={v}" for k, v in report["overrides"].items()))
+        for name, r in report["sets"].items():
+            embedding = r["index"]["embedding"]
+            out("")
+            out(f"{name} ({r['data']}): {r['conversations']} agents, {r['questions']} questions "
+                f"({r['skipped_questions']} without usable evidence skipped), {r['evidence_turns']} evidence turns; "
+                f"answered: {', '.join(r['modes_answered'])}")
+            out(f"embedding {embedding.get('provider')} {embedding.get('model') or ''} ({embedding.get('dimensions')} dims); "
+                f"indexed {r['index']['files']} files into {r['index']['chunks']} chunks in {r['index']['seconds']:.1f} s"
+                + (f" ({r['index']['failed']} failed)" if r["index"]["failed"] else ""))
+            rows = [("all", r)] + [(part, summary) for part, summary in r["parts"].items()]
+            for label, summary in rows:
+                out(f"  {label:<8} evidence recall {summary['evidence_recall']:.3f}   hit rate {summary['hit_rate']:.3f}   "
+                    f"MRR {summary['mrr']:.3f}   ({summary['questions']} questions)")
+                for category, c in summary["categories"].items():
+                    if c["questions"]:
+                        out(f"    {category:<10} {c['name']:<12} {c['questions']:>4} questions   recall {c['evidence_recall']:.3f}   "
+                            f"hit {c['hit_rate']:.3f}   MRR {c['mrr']:.3f}")
+            out(f"  evidence turns found {r['evidence_found']} of {r['evidence_turns']}; of the missed, "
+                f"{r['missed_in_shown_file']} were in a shown file ({r['missed_near_snippet']} within 2 lines of a snippet)")
+            latency = r["latency_ms"]
+            out(f"  latency: client p50 {latency['client_p50']:.1f} ms, p95 {latency['client_p95']:.1f} ms; "
+                f"server took_ms p50 {latency['server_p50']:.1f} ms, p95 {latency['server_p95']:.1f} ms")
+        load = report["load_average"]
         out("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f (%d CPUs)" % (*load["before"], *load["after"], load["cpus"]))
-
