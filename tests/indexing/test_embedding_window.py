@@ -17,7 +17,7 @@ TRANSCRIPT = "\n".join(
 ) + "\n"
 
 
-def test_chunks_are_capped_to_the_models_window(alice, settings):
+def test_chunks_are_capped_to_the_models_window(alice, settings, fake_embeddings):
     settings.MEMORYHUB_CHUNK_TOKENS, settings.MEMORYHUB_CHUNK_OVERLAP = 400, 80
     settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 120
     assert chunk_sizes(agent=alice.agent) == (120, 24)
