@@ -1,7 +1,7 @@
 """Request rates per token (memoryhub/ratelimit.py) for the REST API, the tools and MCP.
 
 Every request falls in one bucket by its method and path (``request_bucket``): ``search`` (POST search,
-tool calls, MCP), ``write`` (PUT and DELETE of files), ``sync`` (the webhook), ``read`` (the rest).
+tool calls, MCP), ``write`` (PUT, DELETE and append of files), ``sync`` (the webhook), ``read`` (the rest).
 A token past its rate is answered 429 by ``TokenRateThrottle`` after authentication; from then until
 the wait is over, ``RateLimitedTokensMiddleware`` answers that token's requests of that bucket 429 at
 the top of the stack, without a database query, so a client that ignores Retry-After costs the
@@ -29,7 +29,7 @@ def request_bucket(method: str, path: str) -> str:
     api = path.removeprefix("/api/v1/")
     if path.startswith("/mcp") or (method == "POST" and (api == "search" or api.startswith("tools/"))):
         return "search"
-    if method in ("PUT", "DELETE") and api.startswith("files/"):
+    if api.startswith("files/") and (method in ("PUT", "DELETE") or (method == "POST" and api.endswith("/append"))):
         return "write"
     if method == "POST" and api == "sync":
         return "sync"

@@ -26,7 +26,7 @@ from indexing.selectors import (
     file_read_lines,
     job_get,
 )
-from indexing.services import SyncEntry, content_from_bytes, file_delete, file_ingest, workspace_sync
+from indexing.services import SyncEntry, content_from_bytes, file_delete, file_ingest, hash_normalize, workspace_sync
 from memoryhub.errors import ApiError
 from memoryhub.fields import ClientDatetimeField, StrictBooleanField, StrictCharField
 from memoryhub.parsers import BoundedJSONParser
@@ -119,6 +119,25 @@ def _file_path(raw: str) -> str:
     return path_normalize(raw)
 
 
+def _if_match(request) -> str | None:
+    """The hash a conditional write expects (``If-Match: "<sha256 hex>"``, the hash the file API
+    answers); ``""`` for ``If-Match: ""``, i.e. "only if the file does not exist yet"."""
+    value = request.headers.get("If-Match")
+    if value is None:
+        return None
+    value = value.strip().removeprefix("W/").strip('"')
+    return hash_normalize(value) if value else ""
+
+
+IF_MATCH_PARAMETER = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description='Write only if the file\'s current hash is this one (`""`: only if the file does not exist); '
+    "else 412 `hash_mismatch` with `current_hash`, and nothing is written.",
+)
+
+
 # --- Files ---------------------------------------------------------------------------------------
 
 
@@ -154,7 +173,7 @@ class FileUploadApi(BodyLimitMixin, APIView):
 
     body_too_large_code = "file_too_large"
 
-    openapi_error_statuses = (413, 415, 422)
+    openapi_error_statuses = (412, 413, 415, 422)
 
     @extend_schema(
         request={
@@ -163,7 +182,7 @@ class FileUploadApi(BodyLimitMixin, APIView):
             "text/markdown": OpenApiTypes.STR,
             "application/octet-stream": OpenApiTypes.BINARY,
         },
-        parameters=[QuerySerializer],
+        parameters=[QuerySerializer, IF_MATCH_PARAMETER],
         responses={200: OutputSerializer, 201: OutputSerializer},
         description="The body is the file (any non-JSON content type; `source` and `mtime` may then be given in the "
         "query string), or JSON `{content, source?, mtime?}`. 201 for a new path, 200 otherwise; `job` is null when "
@@ -181,7 +200,56 @@ class FileUploadApi(BodyLimitMixin, APIView):
             serializer.is_valid(raise_exception=True)
             fields = serializer.validated_data
         memory_file, job = file_ingest(
-            agent=request.user, path=path, content=fields["content"], source=fields.get("source"), mtime=fields.get("mtime")
+            agent=request.user, path=path, content=fields["content"], source=fields.get("source"), mtime=fields.get("mtime"),
+            expected_hash=_if_match(request),
+        )
+        memory_file.job_id_or_none = job.id if job else None
+        return Response(
+            self.OutputSerializer(memory_file).data,
+            status=status.HTTP_201_CREATED if memory_file.was_created else status.HTTP_200_OK,
+        )
+
+
+class FileAppendApi(BodyLimitMixin, APIView):
+    """POST /api/v1/files/<path>/append — add text (e.g. new JSONL transcript lines) to the end of a file."""
+
+    required_scope = "write"
+    parser_classes = [BoundedJSONParser, RawTextParser]
+
+    class InputSerializer(serializers.Serializer):
+        text = TextContentField()
+        source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
+        mtime = ClientDatetimeField(required=False, allow_null=True)
+
+    OutputSerializer = FileUploadApi.OutputSerializer
+    QuerySerializer = FileUploadApi.QuerySerializer
+    body_too_large_code = "file_too_large"
+    openapi_error_statuses = (412, 413, 415, 422)
+
+    def max_body_bytes(self) -> int:
+        return FileUploadApi.max_body_bytes(self)
+
+    @extend_schema(
+        request={"application/json": InputSerializer, "text/plain": OpenApiTypes.STR},
+        parameters=[QuerySerializer, IF_MATCH_PARAMETER],
+        responses={200: OutputSerializer, 201: OutputSerializer},
+        description="Send only the new text (a raw body, or JSON `{text, source?, mtime?}`); it goes on a new line at "
+        "the end of the file, which is created when absent (201). Only the chunks whose text changed are embedded again.",
+    )
+    def post(self, request, path):
+        path = _file_path(path)
+        data = request.data
+        if isinstance(data, RawContent) or not request.content_type.startswith("application/json"):
+            query = self.QuerySerializer(data=request.query_params)
+            query.is_valid(raise_exception=True)
+            fields = {"text": content_from_bytes(bytes(data) if isinstance(data, RawContent) else b""), **query.validated_data}
+        else:
+            serializer = self.InputSerializer(data=data)
+            serializer.is_valid(raise_exception=True)
+            fields = serializer.validated_data
+        memory_file, job = file_ingest(
+            agent=request.user, path=path, append=fields["text"], source=fields.get("source"), mtime=fields.get("mtime"),
+            expected_hash=_if_match(request),
         )
         memory_file.job_id_or_none = job.id if job else None
         return Response(
@@ -296,9 +364,12 @@ class FileDeleteApi(APIView):
         chunks_removed = serializers.IntegerField()
         job = serializers.IntegerField()
 
+    openapi_error_statuses = (412,)
+
+    @extend_schema(parameters=[IF_MATCH_PARAMETER])
     def delete(self, request, path):
         path = _file_path(path)
-        job = file_delete(agent=request.user, path=path)
+        job = file_delete(agent=request.user, path=path, expected_hash=_if_match(request))
         return Response(
             self.OutputSerializer({"path": path, "deleted": True, "chunks_removed": job.chunks_removed, "job": job.id}).data
         )

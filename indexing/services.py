@@ -91,6 +91,16 @@ def content_check(content: str) -> tuple[str, int]:
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
+def text_append(content: str, text: str) -> str:
+    """``content`` with ``text`` added as new lines: a file that does not end with a newline gets one
+    first, so an appended JSONL line never joins the last one."""
+    if not text:
+        return content
+    if content and not content.endswith("\n"):
+        content += "\n"
+    return content + text
+
+
 def hash_normalize(value: str) -> str:
     """A client's content hash: 64 hex digits, optionally written ``sha256:<hex>``."""
     digest = value.strip().lower().removeprefix("sha256:") if isinstance(value, str) else ""
@@ -186,6 +196,23 @@ def _quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> None:
         )
 
 
+def _expected_hash_check(*, path: str, memory_file: MemoryFile | None, expected_hash: str | None) -> None:
+    """A conditional write: the caller read the file at ``expected_hash`` (``""``: it expects no file).
+    Called with the file row locked, so two writers that read the same hash cannot both pass."""
+    if expected_hash is None:
+        return
+    current = memory_file.content_hash if memory_file is not None else ""
+    if current != expected_hash:
+        shown = current or "none (the file does not exist)"
+        error = ApiError(
+            status_code=412,
+            code="hash_mismatch",
+            message=f"{path} changed since it was read: its current hash is {shown}, not {expected_hash}. Nothing was written.",
+        )
+        error.details = {"current_hash": current or None}
+        raise error
+
+
 def _enqueue(job: IndexJob) -> None:
     # On commit, with the outbox behind it: a broker that is down never fails the write (indexing/recovery.py).
     job_enqueue_on_commit(job)
@@ -193,18 +220,39 @@ def _enqueue(job: IndexJob) -> None:
 
 @_lock_conflict_retry
 def file_ingest(
-    *, agent: Agent, path: str, content: str, source: str | None = None, mtime: datetime | None = None
+    *,
+    agent: Agent,
+    path: str,
+    content: str | None = None,
+    append: str | None = None,
+    source: str | None = None,
+    mtime: datetime | None = None,
+    expected_hash: str | None = None,
 ) -> tuple[MemoryFile, IndexJob | None]:
-    """Store one file's content. Unchanged content (same hash and source) creates no job.
+    """Store one file's content, or (``append``) add text to its end, creating it when absent.
+    Unchanged content (same hash and source) creates no job.
+
+    ``expected_hash`` makes the write conditional: the file's current hash (``""`` for "no file yet"),
+    else 412 ``hash_mismatch`` and nothing is written. An append's chunks keep their text hashes up to
+    the changed tail, so the worker embeds only the chunks around the end (vectors are reused by hash).
 
     The returned file has ``was_created`` set (True when the path was new to this agent).
     """
     path = path_normalize(path)
     source = source_resolve(path=path, source=source)
-    content_hash, size = content_check(content)
+    if (content is None) == (append is None):
+        raise ValueError("file_ingest needs exactly one of content and append")
+    if append is not None:
+        content_check(append)  # a bad delta is refused before anything is locked
+    else:
+        content_hash, size = content_check(content)
     with transaction.atomic():
         _agent_lock(agent)
         memory_file = MemoryFile.objects.select_for_update().filter(agent=agent, path=path).first()
+        _expected_hash_check(path=path, memory_file=memory_file, expected_hash=expected_hash)
+        if append is not None:
+            content = text_append(memory_file.content if memory_file is not None else "", append)
+            content_hash, size = content_check(content)
         if memory_file is not None and memory_file.content_hash == content_hash and memory_file.source == source:
             if mtime is not None and memory_file.client_mtime != mtime:
                 MemoryFile.objects.filter(pk=memory_file.pk).update(client_mtime=mtime)
@@ -420,16 +468,18 @@ def workspace_sync(
 
 
 @_lock_conflict_retry
-def file_delete(*, agent: Agent, path: str) -> IndexJob:
-    """Delete one file and its chunks now; the returned (finished) job records what was removed."""
+def file_delete(*, agent: Agent, path: str, expected_hash: str | None = None) -> IndexJob:
+    """Delete one file and its chunks now; the returned (finished) job records what was removed.
+    ``expected_hash``: delete only the version the caller read (else 412 ``hash_mismatch``)."""
     path = path_normalize(path)
     now = timezone.now()
     with transaction.atomic():
         _agent_lock(agent)
-        memory_file = MemoryFile.objects.filter(agent=agent, path=path).only("id").first()
+        memory_file = MemoryFile.objects.filter(agent=agent, path=path).only("id", "content_hash").first()
         if memory_file is None:
             raise ApiError(status_code=404, code="not_found", message=f"No file {path!r}.")
         files_lock([memory_file.pk])  # before its chunks (lock order)
+        _expected_hash_check(path=path, memory_file=memory_file, expected_hash=expected_hash)
         chunks_removed = Chunk.objects.filter(file_id=memory_file.pk).count()
         memory_file.delete()
         return IndexJob.objects.create(

@@ -42,14 +42,26 @@ def by_method(**views):
     return dispatch
 
 
+file_view = by_method(get=apis.FileGetApi, put=apis.FileUploadApi, delete=apis.FileDeleteApi)
+file_append_view = by_method(post=apis.FileAppendApi)
+
+
+@csrf_exempt
+def file_append_or_file(request, path):
+    """``POST files/<path>/append`` appends; any other method on that URL is about a file whose own
+    path ends in ``/append`` (files have no POST, so the two never collide)."""
+    if request.method == "POST":
+        return file_append_view(request, path=path)
+    return file_view(request, path=f"{path}/append")
+
+
+file_append_or_file.method_views = file_append_view.method_views
+
 urlpatterns = [
     path("status", apis.AgentStatusApi.as_view(), name="api-status"),
     path("files", apis.FileListApi.as_view(), name="api-files"),
-    path(
-        "files/<anypath:path>",
-        by_method(get=apis.FileGetApi, put=apis.FileUploadApi, delete=apis.FileDeleteApi),
-        name="api-file",
-    ),
+    path("files/<anypath:path>/append", file_append_or_file, name="api-file-append"),
+    path("files/<anypath:path>", file_view, name="api-file"),
     path("sync", apis.WorkspaceSyncApi.as_view(), name="api-sync"),
     path("jobs/<int:job_id>", apis.JobGetApi.as_view(), name="api-job"),
     path("export", apis.AgentExportApi.as_view(), name="api-export"),

@@ -83,9 +83,9 @@ def _code_from_exception(exc: exceptions.APIException) -> str:
 
 def api_exception_handler(exc, context):
     if isinstance(exc, exceptions.APIException):
-        response = Response(
-            error_body(_code_from_exception(exc), _message_from_detail(exc.detail)), status=exc.status_code
-        )
+        body = error_body(_code_from_exception(exc), _message_from_detail(exc.detail))
+        body["error"].update(getattr(exc, "details", None) or {})  # e.g. a 412's current_hash
+        response = Response(body, status=exc.status_code)
         if getattr(exc, "auth_header", None):
             response["WWW-Authenticate"] = exc.auth_header
         if getattr(exc, "wait", None):

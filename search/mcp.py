@@ -171,6 +171,7 @@ class McpView(View):
         agent, token = outcome
         if not token.has_scope(AgentToken.Scope.READ):
             return _http_error(403, FORBIDDEN, "This token lacks the 'read' scope.")
+        agent.token_can_write = token.has_scope(AgentToken.Scope.WRITE)  # the write tools need it
         return agent, token
 
     # --- JSON-RPC ------------------------------------------------------------------------------
@@ -217,14 +218,14 @@ class McpView(View):
         return {}
 
     def _tools_list(self, agent, params: dict) -> dict:
-        return {"tools": tool_definitions(format="mcp")}
+        return {"tools": tool_definitions(format="mcp", can_write=agent.token_can_write)}
 
     def _tools_call(self, agent, params: dict) -> dict:
         name = params.get("name")
         if not isinstance(name, str) or name not in TOOL_RUNNERS:
             raise McpError(INVALID_PARAMS, f"Unknown tool: {name}")
         try:
-            output = tool_run(agent=agent, name=name, arguments=params.get("arguments"))
+            output = tool_run(agent=agent, name=name, arguments=params.get("arguments"), can_write=agent.token_can_write)
         except ApiError as exc:
             # A tool's own failure goes back to the model as a result, so it can correct its call.
             return {"content": [{"type": "text", "text": str(exc.detail)}], "isError": True}

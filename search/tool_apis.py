@@ -11,6 +11,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.models import AgentToken
 from search.tools import TOOL_FORMATS, TOOL_NAMES, TOOL_SCHEMAS, tool_definitions, tool_run
 
 
@@ -22,7 +23,7 @@ class ToolFormatNegotiation(DefaultContentNegotiation):
 
 
 class ToolListApi(APIView):
-    """GET /api/v1/tools?format=openai|anthropic|mcp — memory_search and memory_get, ready to hand to a model."""
+    """GET /api/v1/tools?format=openai|anthropic|mcp|responses — the tools this token may call, ready for a model."""
 
     required_scope = "read"
     content_negotiation_class = ToolFormatNegotiation
@@ -37,13 +38,14 @@ class ToolListApi(APIView):
     @extend_schema(
         parameters=[InputSerializer],
         responses=OutputSerializer,
-        summary="Tool definitions for memory_search and memory_get",
+        summary="Tool definitions (the write tools only for a token with the write scope)",
     )
     def get(self, request):
         serializer = self.InputSerializer(data=request.query_params)
         serializer.is_valid(raise_exception=True)
         format = serializer.validated_data["format"]
-        return Response(self.OutputSerializer({"format": format, "tools": tool_definitions(format=format)}).data)
+        tools = tool_definitions(format=format, can_write=request.auth.has_scope(AgentToken.Scope.WRITE))
+        return Response(self.OutputSerializer({"format": format, "tools": tools}).data)
 
 
 class ToolRunApi(APIView):
@@ -58,15 +60,18 @@ class ToolRunApi(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, enum=list(TOOL_NAMES))],
-        request={"application/json": {"oneOf": [TOOL_SCHEMAS[name] for name in TOOL_NAMES]}},
+        request={"application/json": {"anyOf": [TOOL_SCHEMAS[name] for name in TOOL_NAMES]}},
         responses=OutputSerializer,
-        summary="Run memory_search or memory_get",
+        summary="Run one tool (memory_search, memory_get, memory_write, memory_append, memory_delete)",
         examples=[
             OpenApiExample("memory_search", value={"query": "what did we decide about the database?", "maxResults": 6}, request_only=True),
             OpenApiExample("memory_get", value={"path": "memory/2026-03-01.md", "from": 10, "lines": 20}, request_only=True),
+            OpenApiExample("memory_write", value={"path": "falcon.md", "content": "Launch moved to April.\n"}, request_only=True),
         ],
     )
     def post(self, request, name: str):
         arguments = request.data if request.body else {}
-        output = tool_run(agent=request.user, name=name, arguments=arguments)
+        output = tool_run(
+            agent=request.user, name=name, arguments=arguments, can_write=request.auth.has_scope(AgentToken.Scope.WRITE)
+        )
         return Response(self.OutputSerializer({"content": output.content, "data": output.data}).data)

@@ -1,4 +1,5 @@
-"""The two agent tools, memory_search and memory_get: one definition, three wire formats, one runner.
+"""The agent tools: memory_search and memory_get read, memory_write, memory_append and memory_delete
+write (only for a token with the write scope). One definition, four wire formats, one runner.
 
 The definitions use the seeds' argument names (``query``, ``maxResults``, ``minScore``; ``path``,
 ``from``, ``lines``) because that is what models trained on those agents emit; ``max_results`` and
@@ -13,13 +14,14 @@ from rest_framework import serializers
 
 from agents.models import Agent
 from indexing.paths import path_normalize
-from indexing.selectors import MEMORY_GET_MAX_FROM, MEMORY_GET_MAX_LINES, file_read_lines
+from indexing.selectors import MEMORY_GET_MAX_FROM, MEMORY_GET_MAX_LINES, agent_index_status, file_read_lines
+from indexing.services import file_delete, file_ingest, hash_normalize
 from memoryhub.errors import ApiError
 from memoryhub.fields import StrictCharField, StrictFloatField, StrictIntegerField
 from search.services import memory_search
 
 MAX_SEARCH_RESULTS = 50
-TOOL_FORMATS = ("openai", "anthropic", "mcp")
+TOOL_FORMATS = ("openai", "anthropic", "mcp", "responses")
 
 MEMORY_SEARCH_DESCRIPTION = (
     "Search your long-term memory (MEMORY.md, daily notes in memory/, past conversation transcripts and "
@@ -31,6 +33,21 @@ MEMORY_GET_DESCRIPTION = (
     "Read lines of one memory file, e.g. to expand a memory_search snippet cited as path#Lstart-Lend: "
     "pass path and from=start. Returns at most `lines` lines (default 50)."
 )
+
+MEMORY_WRITE_DESCRIPTION = (
+    "Save a memory file, replacing it if it exists: durable facts, decisions, preferences, to-dos. A bare "
+    "name like notes.md is stored as memory/notes.md. Pass expected_hash (the hash you last saw) to avoid "
+    "overwriting someone else's change. Returns the new hash; the text is searchable once pending is 0."
+)
+MEMORY_APPEND_DESCRIPTION = (
+    "Add lines to the end of a memory file (a note, or new JSONL lines of a transcript), creating it when "
+    "absent. Send only the new text. Returns the new hash."
+)
+MEMORY_DELETE_DESCRIPTION = "Forget a memory file: it is removed from search at once. Returns what was removed."
+_EXPECTED_HASH = {
+    "type": "string",
+    "description": "Write only if the file's current hash is this one (\"\" = only if it does not exist yet).",
+}
 
 TOOL_SCHEMAS: dict[str, dict] = {
     "memory_search": {
@@ -73,24 +90,83 @@ TOOL_SCHEMAS: dict[str, dict] = {
         "required": ["path"],
         "additionalProperties": False,
     },
+    "memory_write": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Where to save it, e.g. memory/project-falcon.md (a bare name goes under memory/)."},
+            "content": {"type": "string", "description": "The whole new text of the file."},
+            "expected_hash": _EXPECTED_HASH,
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    "memory_append": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "The file to extend, e.g. memory/2026-03-01.md (a bare name goes under memory/)."},
+            "text": {"type": "string", "description": "Only the new lines; they start on a new line."},
+            "expected_hash": _EXPECTED_HASH,
+        },
+        "required": ["path", "text"],
+        "additionalProperties": False,
+    },
+    "memory_delete": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "The file to forget, as cited by memory_search."},
+            "expected_hash": _EXPECTED_HASH,
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    },
 }
-TOOL_DESCRIPTIONS = {"memory_search": MEMORY_SEARCH_DESCRIPTION, "memory_get": MEMORY_GET_DESCRIPTION}
-TOOL_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory file lines"}
+TOOL_DESCRIPTIONS = {
+    "memory_search": MEMORY_SEARCH_DESCRIPTION,
+    "memory_get": MEMORY_GET_DESCRIPTION,
+    "memory_write": MEMORY_WRITE_DESCRIPTION,
+    "memory_append": MEMORY_APPEND_DESCRIPTION,
+    "memory_delete": MEMORY_DELETE_DESCRIPTION,
+}
+TOOL_TITLES = {
+    "memory_search": "Search memory",
+    "memory_get": "Read memory file lines",
+    "memory_write": "Save a memory file",
+    "memory_append": "Append to a memory file",
+    "memory_delete": "Forget a memory file",
+}
 TOOL_NAMES = tuple(TOOL_SCHEMAS)
+READ_TOOLS = ("memory_search", "memory_get")
+WRITE_TOOLS = ("memory_write", "memory_append", "memory_delete")
+# MCP hints: the read tools may run without asking the user; memory_write replaces a file and
+# memory_delete removes one (destructive), memory_append only adds to one.
+_MCP_HINTS = {
+    "memory_search": {"readOnlyHint": True},
+    "memory_get": {"readOnlyHint": True},
+    "memory_write": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+    "memory_append": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
+    "memory_delete": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+}
 
 
-def tool_definitions(*, format: str) -> list[dict]:
-    """Both tools in one framework's shape: OpenAI chat-completions functions, Anthropic tools, MCP tools."""
+def tool_names(*, can_write: bool) -> tuple[str, ...]:
+    """The tools a token may see and call: the write tools need the write scope."""
+    return TOOL_NAMES if can_write else READ_TOOLS
+
+
+def tool_definitions(*, format: str, can_write: bool = False) -> list[dict]:
+    """The tools in one framework's shape: OpenAI chat-completions functions, Anthropic tools, MCP tools,
+    OpenAI Responses API functions."""
     definitions = []
-    for name in TOOL_NAMES:
+    for name in tool_names(can_write=can_write):
         description, schema = TOOL_DESCRIPTIONS[name], TOOL_SCHEMAS[name]
         if format == "openai":
             definitions.append({"type": "function", "function": {"name": name, "description": description, "parameters": schema}})
+        elif format == "responses":
+            definitions.append({"type": "function", "name": name, "description": description, "parameters": schema})
         elif format == "anthropic":
             definitions.append({"name": name, "description": description, "input_schema": schema})
         elif format == "mcp":
-            # Both tools only read this agent's own memory: clients may run them without asking the user.
-            annotations = {"title": TOOL_TITLES[name], "readOnlyHint": True, "openWorldHint": False}
+            annotations = {"title": TOOL_TITLES[name], **_MCP_HINTS[name], "openWorldHint": False}
             definitions.append({"name": name, "description": description, "inputSchema": schema, "annotations": annotations})
         else:
             raise ApiError(
@@ -128,10 +204,46 @@ class MemoryGetArguments(serializers.Serializer):
     lines = StrictIntegerField(min_value=1, max_value=MEMORY_GET_MAX_LINES, required=False, allow_null=True)
 
 
+class ExpectedHashField(serializers.Field):
+    """A tool's expected_hash: the file's SHA-256 (``sha256:`` prefix allowed), or "" for "no file yet"."""
+
+    default_error_messages = {"invalid": "must be a string: the file's hash, or \"\" if it should not exist yet."}
+
+    def to_internal_value(self, value):
+        if not isinstance(value, str):
+            self.fail("invalid")
+        if value.strip() == "":
+            return ""
+        try:
+            return hash_normalize(value)
+        except ApiError as exc:
+            raise serializers.ValidationError(str(exc.detail)) from None
+
+
+class MemoryWriteArguments(serializers.Serializer):
+    path = StrictCharField(trim_whitespace=False)
+    content = StrictCharField(trim_whitespace=False, allow_blank=True)
+    expected_hash = ExpectedHashField(required=False, allow_null=True)
+
+
+class MemoryAppendArguments(serializers.Serializer):
+    path = StrictCharField(trim_whitespace=False)
+    text = StrictCharField(trim_whitespace=False, allow_blank=True)
+    expected_hash = ExpectedHashField(required=False, allow_null=True)
+
+
+class MemoryDeleteArguments(serializers.Serializer):
+    path = StrictCharField(trim_whitespace=False)
+    expected_hash = ExpectedHashField(required=False, allow_null=True)
+
+
 # Snake-case spellings some frameworks produce; mapped onto the tool's own names.
 _ALIASES = {
     "memory_search": {"max_results": "maxResults", "min_score": "minScore"},
     "memory_get": {"from": "start", "start_line": "start"},
+    "memory_write": {},
+    "memory_append": {},
+    "memory_delete": {},
 }
 
 
@@ -227,18 +339,75 @@ def memory_get_run(*, agent: Agent, arguments: Any) -> ToolOutput:
     return ToolOutput(content=f"{header}\n{result['content']}{footer}", data=data)
 
 
+def _write_path(raw: str) -> str:
+    """A model often says just "falcon.md": notes it writes live under memory/, MEMORY.md at the root."""
+    path = path_normalize(raw)
+    if "/" not in path and path.lower() != "memory.md":
+        path = f"memory/{path}"
+    return path
+
+
+def _written(*, agent: Agent, action: str, memory_file, job) -> ToolOutput:
+    pending = agent_index_status(agent=agent)["pending"]
+    data = {
+        "path": memory_file.path,
+        "action": action if job is not None else "unchanged",
+        "hash": memory_file.content_hash,
+        "size": memory_file.size,
+        "job": job.id if job is not None else None,
+        "pending": pending,
+    }
+    if job is None:
+        content = f"{memory_file.path} already had this content (hash {memory_file.content_hash}); nothing changed."
+    else:
+        content = f"{memory_file.path} {action} ({memory_file.size} bytes, hash {memory_file.content_hash})."
+    if pending:
+        content += f" {pending} file(s) are being indexed; memory_search finds the new text once pending is 0."
+    return ToolOutput(content=content, data=data)
+
+
+def memory_write_run(*, agent: Agent, arguments: Any) -> ToolOutput:
+    args = _validated("memory_write", MemoryWriteArguments, arguments)
+    memory_file, job = file_ingest(
+        agent=agent, path=_write_path(args["path"]), content=args["content"], expected_hash=args.get("expected_hash")
+    )
+    return _written(agent=agent, action="created" if memory_file.was_created else "replaced", memory_file=memory_file, job=job)
+
+
+def memory_append_run(*, agent: Agent, arguments: Any) -> ToolOutput:
+    args = _validated("memory_append", MemoryAppendArguments, arguments)
+    memory_file, job = file_ingest(
+        agent=agent, path=_write_path(args["path"]), append=args["text"], expected_hash=args.get("expected_hash")
+    )
+    return _written(agent=agent, action="created" if memory_file.was_created else "appended", memory_file=memory_file, job=job)
+
+
+def memory_delete_run(*, agent: Agent, arguments: Any) -> ToolOutput:
+    args = _validated("memory_delete", MemoryDeleteArguments, arguments)
+    path = path_normalize(args["path"])
+    job = file_delete(agent=agent, path=path, expected_hash=args.get("expected_hash"))
+    data = {"path": path, "action": "deleted", "hash": None, "chunks_removed": job.chunks_removed, "job": job.id, "pending": 0}
+    return ToolOutput(content=f"{path} deleted; it no longer appears in memory_search.", data=data)
+
+
 TOOL_RUNNERS: dict[str, Callable[..., ToolOutput]] = {
     "memory_search": memory_search_run,
     "memory_get": memory_get_run,
+    "memory_write": memory_write_run,
+    "memory_append": memory_append_run,
+    "memory_delete": memory_delete_run,
 }
 
 
-def tool_run(*, agent: Agent, name: str, arguments: Any) -> ToolOutput:
+def tool_run(*, agent: Agent, name: str, arguments: Any, can_write: bool = False) -> ToolOutput:
     """Run one tool for this agent with the arguments the model produced.
 
-    Raises ApiError: 404 ``unknown_tool``, 400 ``invalid_arguments`` (or the tool's own 400/404, e.g. a
-    bad path or a file that does not exist)."""
+    Raises ApiError: 404 ``unknown_tool``, 403 ``insufficient_scope`` (a write tool without the write
+    scope), 400 ``invalid_arguments``, 412 ``hash_mismatch`` (or the tool's own 400/404, e.g. a bad path
+    or a file that does not exist)."""
     runner = TOOL_RUNNERS.get(name)
     if runner is None:
         raise UnknownTool(name)
+    if name not in tool_names(can_write=can_write):
+        raise ApiError(status_code=403, code="insufficient_scope", message=f"{name} needs a token with the 'write' scope.")
     return runner(agent=agent, arguments=arguments)

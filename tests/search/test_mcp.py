@@ -36,14 +36,14 @@ def live_alice(alice, index_files, live_server):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-def test_the_sdk_client_lists_both_tools(live_alice, mode):
+def test_the_sdk_client_lists_the_tools(live_alice, mode):
     alice, url = live_alice
 
     async def work(client):
         return await client.list_tools()
 
     tools = {tool.name: tool for tool in mcp_session(url, alice.raw_token, work, mode=mode).tools}
-    assert set(tools) == {"memory_search", "memory_get"}
+    assert set(tools) == {"memory_search", "memory_get", "memory_write", "memory_append", "memory_delete"}
     assert tools["memory_search"].input_schema["required"] == ["query"]
     assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
     assert tools["memory_search"].annotations.read_only_hint is True
@@ -152,7 +152,7 @@ def test_an_unknown_method_is_method_not_found(alice):
 
 
 def test_an_unknown_tool_is_invalid_params(alice):
-    assert call(alice, "tools/call", {"name": "memory_delete", "arguments": {}}).json()["error"]["code"] == -32602
+    assert call(alice, "tools/call", {"name": "memory_forget", "arguments": {}}).json()["error"]["code"] == -32602
 
 
 def test_bad_arguments_are_an_error_result_naming_the_argument(alice):
@@ -172,7 +172,7 @@ def test_a_batch_gets_one_answer_per_request(alice):
     )
     answers = response.json()
     assert [answer["id"] for answer in answers] == [1, 2]
-    assert len(answers[1]["result"]["tools"]) == 2
+    assert len(answers[1]["result"]["tools"]) == 5
 
 
 def test_malformed_json_is_a_parse_error(alice):

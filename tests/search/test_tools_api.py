@@ -21,11 +21,14 @@ def alice_files(alice, index_files):
 # --- Definitions ---------------------------------------------------------------------------------
 
 
-def test_openai_format_lists_both_tools_as_functions_with_the_seed_argument_names(alice):
+ALL_TOOLS = {"memory_search", "memory_get", "memory_write", "memory_append", "memory_delete"}
+
+
+def test_openai_format_lists_the_tools_as_functions_with_the_seed_argument_names(alice):
     response = alice.client.get("/api/v1/tools?format=openai")
     assert response.status_code == 200
     tools = {tool["function"]["name"]: tool for tool in response.json()["tools"]}
-    assert set(tools) == {"memory_search", "memory_get"}
+    assert set(tools) == ALL_TOOLS
     assert all(tool["type"] == "function" for tool in tools.values())
     search = tools["memory_search"]["function"]["parameters"]
     assert search["required"] == ["query"]
@@ -40,11 +43,14 @@ def test_openai_is_the_default_format(alice):
 
 def test_anthropic_and_mcp_formats_use_their_own_schema_keys(alice):
     anthropic = alice.client.get("/api/v1/tools?format=anthropic").json()["tools"]
-    assert {tool["name"] for tool in anthropic} == {"memory_search", "memory_get"}
+    assert {tool["name"] for tool in anthropic} == ALL_TOOLS
     assert all(set(tool) == {"name", "description", "input_schema"} for tool in anthropic)
     mcp = alice.client.get("/api/v1/tools?format=mcp").json()["tools"]
     assert all(set(tool) == {"name", "description", "inputSchema", "annotations"} for tool in mcp)
-    assert all(tool["annotations"]["readOnlyHint"] is True for tool in mcp)
+    hints = {tool["name"]: tool["annotations"] for tool in mcp}
+    assert hints["memory_search"]["readOnlyHint"] is True and hints["memory_get"]["readOnlyHint"] is True
+    assert hints["memory_write"]["destructiveHint"] is True and hints["memory_delete"]["destructiveHint"] is True
+    assert hints["memory_append"]["readOnlyHint"] is False and hints["memory_append"]["destructiveHint"] is False
     assert mcp[0]["inputSchema"] == anthropic[0]["input_schema"]
 
 
@@ -153,7 +159,7 @@ def test_memory_get_of_a_missing_file_is_a_404(alice):
 
 
 def test_an_unknown_tool_is_a_404(alice):
-    response = run(alice, "memory_delete", {"path": "MEMORY.md"})
+    response = run(alice, "memory_forget", {"path": "MEMORY.md"})
     assert response.status_code == 404
     error = response.json()["error"]
     assert error["code"] == "unknown_tool"
