@@ -65,7 +65,7 @@ def test_the_openai_snippet_runs_a_tool_call_through_memoryhub(live_memory, monk
 
     monkeypatch.setattr(openai, "OpenAI", FakeOpenAI)
     exec(compile(live_memory(snippet("from openai import OpenAI")), "README-openai", "exec"), {})
-    assert seen["tools"] == ["memory_search", "memory_get"]
+    assert seen["tools"] == ["memory_search", "memory_get", "memory_write", "memory_append", "memory_delete"]  # a read/write token
     assert seen["tool_result"]["tool_call_id"] == "call_1"
     assert "The launch is planned for March." in seen["tool_result"]["content"]
     assert capsys.readouterr().out.strip() == "In March."
@@ -93,7 +93,7 @@ def test_the_anthropic_snippet_runs_a_tool_call_through_memoryhub(live_memory, m
 
     monkeypatch.setitem(sys.modules, "anthropic", types.SimpleNamespace(Anthropic=FakeAnthropic))
     exec(compile(live_memory(snippet("import anthropic")), "README-anthropic", "exec"), {})
-    assert seen["tools"] == ["memory_search", "memory_get"]
+    assert seen["tools"] == ["memory_search", "memory_get", "memory_write", "memory_append", "memory_delete"]  # a read/write token
     (result,) = seen["tool_results"]
     assert result["tool_use_id"] == "toolu_1" and result["is_error"] is False
     assert "The launch is planned for March." in result["content"]
