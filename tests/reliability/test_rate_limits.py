@@ -48,6 +48,8 @@ def test_a_flood_of_searches_gets_429_with_retry_after_and_others_are_unaffected
 def test_writes_sync_and_tool_calls_have_their_own_limits(alice, tight):
     writes = [alice.client.put(f"/api/v1/files/notes/{i}.md", "x", content_type="text/markdown").status_code for i in range(4)]
     assert writes == [201, 201, 201, 429]
+    append = alice.client.post("/api/v1/files/notes/0.md/append", {"text": "more"}, format="json")
+    assert append.status_code == 429  # an append is a write
     syncs = [alice.client.post("/api/v1/sync", {"files": []}, format="json").status_code for _ in range(3)]
     assert syncs == [200, 200, 429]
     tools = [alice.client.post("/api/v1/tools/memory_search", {"query": "x"}, format="json").status_code for _ in range(6)]
