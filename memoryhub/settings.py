@@ -305,6 +305,9 @@ if MEMORYHUB_SEARCH_MAX_RESULTS > MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT:
     raise ImproperlyConfigured("MEMORYHUB_SEARCH_MAX_RESULTS must not exceed MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT")
 # Longest snippet in characters; snippets fill it with the best lines and their neighbours.
 MEMORYHUB_SEARCH_SNIPPET_CHARS = env_int("MEMORYHUB_SEARCH_SNIPPET_CHARS", 700, minimum=80, maximum=20_000)
+# Files up to this size (bytes) are read whole for snippets, so a snippet can extend past its chunk into
+# neighbouring lines; a larger file shows its chunks' own text, so its searches cost what a small file's do.
+MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = env_int("MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES", 262_144, minimum=0)
 # Candidates taken from each half before fusion (at least twice max_results).
 MEMORYHUB_SEARCH_CANDIDATE_POOL = env_int("MEMORYHUB_SEARCH_CANDIDATE_POOL", 100, minimum=1, maximum=10_000)
 # Boost for recent dated memory files (memory/YYYY-MM-DD.md): 0 = off; b makes a file's score fall from
