@@ -149,6 +149,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("MEMORYHUB_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_TIME_LIMIT = env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The worker's CPU priority below the web's (nice increment, 0-19; 0 = as the web): indexing is
+# background work, and on a machine shared with the web processes a tenant's flood of uploads must not
+# slow the other tenants' searches. Raised once at worker start; the pool's processes inherit it.
+MEMORYHUB_WORKER_NICE = env_int("MEMORYHUB_WORKER_NICE", 10, minimum=0, maximum=19)
 # The queue every task is sent to and every worker reads: give each deployment that shares a Redis its own.
 CELERY_TASK_DEFAULT_QUEUE = env_str("MEMORYHUB_TASK_QUEUE") or "celery"
 # With acks_late, a message a worker took but never acknowledged (the worker was killed) goes back to
@@ -409,6 +413,10 @@ MEMORYHUB_RATE_LIMITS = {
     "sync": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SYNC", "120/min"), name="MEMORYHUB_RATE_LIMIT_SYNC"),
     "read": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_READ", "1200/min"), name="MEMORYHUB_RATE_LIMIT_READ"),
 }
+# Requests one token may have in progress at once in one web process (0 = no cap). Beyond it: 429
+# rate_limited with Retry-After 1, from the first middleware. With 8 threads a process, one tenant can
+# then never hold every thread, however it sends (agents/throttles.py).
+MEMORYHUB_TOKEN_MAX_CONCURRENT = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT", 4, minimum=0)
 # Admin login: after this many failed attempts for one username from one address, that pair is locked
 # out (even with the right password) until this many seconds pass without another attempt.
 MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)
