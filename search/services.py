@@ -415,6 +415,7 @@ def _results(
                     snippet=snippet.text,
                     source=memory_file.source,
                     explain=c.explain() if explain else None,
+                    attributes=memory_file.attributes,
                 )
             )
     return results, best_below
@@ -433,7 +434,9 @@ def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, key
     Lines longer than the snippet budget are windowed as they are read (FileLines.windowed)."""
     wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
     whole_max = settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES
-    fetched = MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "size", "content_hash", "indexed_hash")
+    fetched = MemoryFile.objects.filter(pk__in=wanted).only(
+        "id", "path", "source", "size", "content_hash", "indexed_hash", "attributes"
+    )
     for memory_file in fetched:
         files[memory_file.pk] = memory_file
     # A file read whole must be small: one that is larger shows its chunks' own text (bounded by the
