@@ -110,16 +110,13 @@ def _database_from_url(url: str) -> dict:
 DATABASE_URL = env_str("DATABASE_URL")
 EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_DIR / ".pgdata")
 if DATABASE_URL:
-    _database = _database_from_url(DATABASE_URL)
+    _database = {"ENGINE": "django.db.backends.postgresql", **_database_from_url(DATABASE_URL)}
 else:
-    from memoryhub import embedded_postgres
-
-    _params = embedded_postgres.ensure_running(EMBEDDED_POSTGRES_DIR)
-    _database = {"NAME": _params["dbname"], "USER": _params["user"], "PASSWORD": "",
-                 "HOST": _params["host"], "PORT": str(_params["port"]), "OPTIONS": {}}
+    # The embedded server starts on the first connection (memoryhub/embedded_db), never at import.
+    _database = {"ENGINE": "memoryhub.embedded_db", "NAME": "memoryhub", "USER": "", "PASSWORD": "",
+                 "HOST": "", "PORT": "", "OPTIONS": {}, "EMBEDDED_DATA_DIR": str(EMBEDDED_POSTGRES_DIR)}
 DATABASES = {
     "default": {
-        "ENGINE": "django.db.backends.postgresql",
         "CONN_MAX_AGE": env_int("MEMORYHUB_DB_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         **_database,
