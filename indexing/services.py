@@ -48,7 +48,7 @@ from indexing.transcripts import chunk_transcript
 from memoryhub import metrics
 from memoryhub.domain import DomainError
 from memoryhub.errors import CLIENT_ERRORS, ApiError, is_lock_conflict
-from search.text import keyword_document
+from indexing.keyword_document import keyword_document
 
 logger = logging.getLogger(__name__)
 
