@@ -26,9 +26,9 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db import connection, transaction
 
+from indexing.tables import CHUNK, FILE
 from search.types import SearchFilters
 from search.vector_index import agent_vector_index
-from indexing.tables import CHUNK, FILE
 
 logger = logging.getLogger(__name__)
 

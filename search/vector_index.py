@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db import connection
 
 from indexing.embedding_identity import configured_identity
-from search.ddl import advisory_lock, concurrently_clause
 from indexing.tables import CHUNK
+from search.ddl import advisory_lock, concurrently_clause
 
 logger = logging.getLogger(__name__)
 
