@@ -15,6 +15,7 @@ COPY memoryhub ./memoryhub
 COPY agents ./agents
 COPY indexing ./indexing
 COPY search ./search
+COPY integrations ./integrations
 RUN pip install .
 COPY manage.py ./
 COPY templates ./templates

@@ -39,8 +39,12 @@ INSTALLED_APPS = [
     "agents",
     "indexing",
     "search",
+    "integrations",  # the agent tools and MCP
     "memoryhub.usage",  # usage over time in the admin (its own app label: usage)
 ]
+# The benchmark harness (benchmarks/) is a development tool: a checkout has it, the image does not.
+if importlib.util.find_spec("benchmarks") is not None:
+    INSTALLED_APPS.append("benchmarks")
 
 MIDDLEWARE = [
     "agents.throttles.RateLimitedTokensMiddleware",  # 429 before anything else for a token told to wait

@@ -46,7 +46,7 @@ class Conversation:
     turns: dict[str, TurnLine]  # dialogue id ("D3:5") -> its line
     questions: list[Question]  # categories 1-4 with at least one known evidence turn
     skipped_questions: int = 0  # categories 1-4 whose evidence names no turn of the conversation
-    part: str = "tune"  # "tune" or "confirm": the fixed split of a dev set (search/bench_data.py)
+    part: str = "tune"  # "tune" or "confirm": the fixed split of a dev set (benchmarks/bench_data.py)
 
 
 @dataclass(frozen=True)

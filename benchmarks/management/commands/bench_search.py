@@ -1,4 +1,4 @@
-"""Search quality benchmark against the live HTTP API, on the two dev sets (search/bench_data.py).
+"""Search quality benchmark against the live HTTP API, on the two dev sets (benchmarks/bench_data.py).
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python manage.py bench_search [--json]
         [--data FILE ...] [--part tune|confirm|all] [--set MEMORYHUB_SEARCH_X=value ...]
@@ -14,7 +14,7 @@ its own gunicorn on a free local port, on the same database, indexing inside the
 (MEMORYHUB_TASKS_EAGER=1) and with the --set overrides in its environment. With --base-url the
 server must use the same database (the agents are created here) and its own settings.
 
-Evidence matching and metrics: search/locomo.py.
+Evidence matching and metrics: benchmarks/locomo.py.
 """
 
 import contextlib
@@ -37,8 +37,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Agent
 from agents.services import agent_create, agent_token_create
-from search.bench_data import PARTS, dev_set_load
-from search.locomo import percentile, question_score, scores_summary
+from benchmarks.bench_data import PARTS, dev_set_load
+from benchmarks.locomo import percentile, question_score, scores_summary
 
 DATA_DIR = Path(settings.BASE_DIR).parent / "shared" / "data"
 DEFAULT_DATA = [DATA_DIR / "locomo-dev.json", DATA_DIR / "qmsum-dev.json"]
@@ -82,7 +82,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def web_server(*, overrides: dict[str, str], startup_timeout: float = 180):
     """gunicorn on a free port of 127.0.0.1 with this process's database; yields its base URL."""
-    from indexing.management.commands.bench_ingest import database_url
+    from benchmarks.management.commands.bench_ingest import database_url
 
     port = _free_port()
     env = {

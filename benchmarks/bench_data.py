@@ -1,8 +1,8 @@
-"""The two dev sets of the search-quality benchmark, loaded into one shape (search/locomo.py's
+"""The two dev sets of the search-quality benchmark, loaded into one shape (benchmarks/locomo.py's
 Conversation: files, the line of every evidence turn, questions), each with a fixed tune/confirm split.
 
 - **LoCoMo** (a list of conversations; Maharana et al., ACL 2024): one agent per conversation, its
-  sessions written as `memory/session-NN.md` (search/locomo.py). Categories 1-4.
+  sessions written as `memory/session-NN.md` (benchmarks/locomo.py). Categories 1-4.
 - **Meetings** (QMSum, Zhong et al., NAACL 2021, with turn-level evidence from QMSum_SummaryEvidence):
   `{"workspaces": [{"id", "files": {path: text}, "questions": [{"question", "evidence": [[path, line]],
   "category"}]}]}`, one agent per workspace, files given ready-made. Categories are the meeting domains.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 import json
 
-from search.locomo import CATEGORIES, Conversation, Question, TurnLine, conversation_load
+from benchmarks.locomo import CATEGORIES, Conversation, Question, TurnLine, conversation_load
 
 MEETING_DOMAINS = {"academic": "academic", "product": "product", "committee": "committee"}
 PARTS = ("tune", "confirm", "all")
