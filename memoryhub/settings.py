@@ -207,8 +207,9 @@ if MEMORYHUB_EMBEDDING_PROVIDER != "none" and MEMORYHUB_EMBEDDING_DIMENSIONS is 
 MEMORYHUB_CHUNK_TOKENS = env_int("MEMORYHUB_CHUNK_TOKENS", 400, minimum=32, maximum=8000)
 MEMORYHUB_CHUNK_OVERLAP = env_int("MEMORYHUB_CHUNK_OVERLAP", 80, minimum=0, maximum=4000)
 # Embed and keyword-index every chunk with its file's title (a first line "# ...") in front, so a turn
-# of a dated session carries the date (indexing/services.py file_title; docs/search.md).
-MEMORYHUB_CHUNK_TITLE_CONTEXT = env_bool("MEMORYHUB_CHUNK_TITLE_CONTEXT", True)
+# of a dated session carries the date (indexing/services.py file_title). Off: no better on the dev
+# sets (docs/search.md).
+MEMORYHUB_CHUNK_TITLE_CONTEXT = env_bool("MEMORYHUB_CHUNK_TITLE_CONTEXT", False)
 if MEMORYHUB_CHUNK_OVERLAP >= MEMORYHUB_CHUNK_TOKENS:
     raise ImproperlyConfigured("MEMORYHUB_CHUNK_OVERLAP must be smaller than MEMORYHUB_CHUNK_TOKENS")
 

@@ -1,4 +1,4 @@
-"""A file's title (a first line "# ...") is embedded and keyword-indexed with every later chunk, so a
+"""With MEMORYHUB_CHUNK_TITLE_CONTEXT (off by default: measured, docs/search.md), a file's title (a first line "# ...") is embedded and keyword-indexed with every later chunk, so a
 turn of a dated session carries its date; the chunk's own text, lines and snippets stay unchanged, the
 title and chunk together fit in the model's window, and each distinct text is still embedded once."""
 
@@ -13,6 +13,7 @@ SESSION = "# Session 7 (1:56 pm on 8 May, 2023)\n\n" + "\n".join(
 
 
 def test_later_chunks_are_indexed_with_the_files_title_but_keep_their_own_text(alice, fake_embeddings, indexed, settings):
+    settings.MEMORYHUB_CHUNK_TITLE_CONTEXT = True
     settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 120
     with indexed():
         memory_file, _ = file_ingest(agent=alice.agent, path="memory/session-07.md", content=SESSION)
@@ -35,6 +36,7 @@ def test_later_chunks_are_indexed_with_the_files_title_but_keep_their_own_text(a
 
 
 def test_an_append_embeds_only_the_tail_with_the_title_in_front(alice, fake_embeddings, indexed, settings):
+    settings.MEMORYHUB_CHUNK_TITLE_CONTEXT = True
     settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 120
     with indexed():
         file_ingest(agent=alice.agent, path="memory/session-07.md", content=SESSION)
@@ -45,6 +47,7 @@ def test_an_append_embeds_only_the_tail_with_the_title_in_front(alice, fake_embe
 
 
 def test_without_a_title_or_with_the_setting_off_chunks_are_indexed_as_they_are(alice, fake_embeddings, indexed, settings):
+    settings.MEMORYHUB_CHUNK_TITLE_CONTEXT = True
     settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 120
     body = SESSION.split("\n", 2)[2]
     with indexed():
