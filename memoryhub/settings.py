@@ -288,11 +288,12 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
 # --- Search (search) -----------------------------------------------------------------------------
-# How the two halves are fused (search/fusion.py): minmax (each half's scores stretched over this
-# query's candidates, best 1 and worst 0, then their weighted mean: what held on both dev sets, see
-# docs/search.md), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
+# How the two halves are fused (search/fusion.py): adaptive (minmax with each weight multiplied by
+# 1 + how peaked its half's scores are for this query: what held on the dev sets, see docs/search.md),
+# minmax (the vector half's scores stretched over this query's candidates, best 1 and worst 0, then
+# the weighted mean), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
 # hit), or rrf (reciprocal rank fusion, scaled so rank 1 in both halves is 1.0).
-MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "minmax", ["weighted", "rrf", "minmax"])
+MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "adaptive", ["adaptive", "minmax", "weighted", "rrf"])
 # Weights of the vector and keyword halves (both fusion methods). With 0.5/0.5 the best keyword hit
 # without any vector support scores 0.5, well above the default min_score.
 MEMORYHUB_SEARCH_VECTOR_WEIGHT = env_float("MEMORYHUB_SEARCH_VECTOR_WEIGHT", 0.5, minimum=0, maximum=1)

@@ -189,7 +189,10 @@ class Command(BaseCommand):
                         _, token = agent_token_create(agent=agent, label="bench_search")
                         apis.append(Api(base_url, token, timeout=options["timeout"]))
                     index = self._upload(dev.conversations, apis, timeout=options["timeout"])
-                    sets[dev.name] = {"data": path, "index": index, **self._ask(dev, apis, mode=options["mode"], details=details)}
+                    sets[dev.name] = {"data": path, "index": index, **self._ask(
+                        dev, apis, mode=options["mode"], details=details,
+                        vectors=bool(index["embedding"].get("vector_search")) and options["mode"] != "keyword",
+                    )}
         finally:
             if details:
                 details.close()
@@ -230,11 +233,23 @@ class Command(BaseCommand):
             "embedding": statuses[0]["embedding"] if statuses else {},
         }
 
-    def _ask(self, dev, apis, *, mode: str | None, details) -> dict:
+    @staticmethod
+    def _warm_up(api, *, vectors: bool, timeout: float = 180) -> None:
+        """Load the query embedder (not timed). When every chunk came from the embedding cache, the web
+        process has not loaded the model yet, and loading it outlasts the query embedding's time limit
+        (and opens the breaker): wait until searches use vectors again, so no question is answered by
+        keywords alone for that reason."""
+        deadline = time.monotonic() + timeout
+        while api.call("POST", "search", {"query": "warm up"}).get("mode") == "keyword" and vectors:
+            if time.monotonic() > deadline:
+                raise CommandError(f"searches still answer by keyword only after {timeout:.0f} s: is the embedding provider up?")
+            time.sleep(1)
+
+    def _ask(self, dev, apis, *, mode: str | None, details, vectors: bool = False) -> dict:
         scores_by_part: dict[str, list] = {"tune": [], "confirm": []}
         client_ms, server_ms, modes = [], [], set()
         for conversation, api in zip(dev.conversations, apis):
-            api.call("POST", "search", {"query": "warm up"})  # loads the query embedder; not timed
+            self._warm_up(api, vectors=vectors)
             for question in conversation.questions:
                 body = {"query": question.text} | ({"mode": mode} if mode else {})
                 t0 = time.perf_counter()
