@@ -132,11 +132,12 @@ ADAPTIVE_DEPTH = 10
 def _peak(values: list[float]) -> float | None:
     """How far a half's best score stands above its ADAPTIVE_DEPTH-th best, relative to the best: 0
     when the half cannot tell its top hits apart, towards 1 when its first hits stand out. None when
-    the half has fewer than two scores (nothing to compare)."""
-    if len(values) < 2:
+    the half has fewer scores than that: a handful of candidates says nothing about the half (a tiny
+    memory, or a query matching three chunks), and the configured weights stand."""
+    if len(values) < ADAPTIVE_DEPTH:
         return None
     ordered = sorted(values, reverse=True)
-    best, deep = ordered[0], ordered[min(len(ordered), ADAPTIVE_DEPTH) - 1]
+    best, deep = ordered[0], ordered[ADAPTIVE_DEPTH - 1]
     return (best - deep) / best if best > 0 else None
 
 

@@ -117,11 +117,14 @@ def test_adaptive_fusion_leans_on_the_half_that_can_tell_its_hits_apart():
 def test_adaptive_weights_are_the_configured_ones_times_one_plus_each_halfs_peak():
     from search.fusion import Candidate, adaptive_weights
 
-    candidates = [Candidate(i, vector_score=v, keyword_score=k) for i, (v, k) in enumerate([(0.8, 1.0), (0.4, 0.5), (0.4, 0.5)])]
+    scores = [(0.8, 1.0)] + [(0.6, 0.9)] * 8 + [(0.4, 0.25)] + [(0.1, 0.1)] * 5  # the 10th: 0.4 and 0.25
+    candidates = [Candidate(i, vector_score=v, keyword_score=k) for i, (v, k) in enumerate(scores)]
     vector_weight, keyword_weight = adaptive_weights(candidates, 0.5, 0.5)
-    assert vector_weight == pytest.approx(0.5 * (1 + 0.5)) and keyword_weight == pytest.approx(0.5 * (1 + 0.5))
+    assert vector_weight == pytest.approx(0.5 * (1 + 0.5)) and keyword_weight == pytest.approx(0.5 * (1 + 0.75))
+    # Fewer than 10 candidates in a half (a tiny memory): the configured weights stand.
+    assert adaptive_weights(candidates[:9], 0.5, 0.5) == (0.5, 0.5)
     # One half alone (keyword mode) keeps the configured weights.
-    assert adaptive_weights([Candidate(1, keyword_score=1.0), Candidate(2, keyword_score=0.2)], 0.0, 1.0) == (0.0, 1.0)
+    assert adaptive_weights([Candidate(i, keyword_score=1.0 / i) for i in range(1, 20)], 0.0, 1.0) == (0.0, 1.0)
 
 
 def test_adaptive_keeps_a_keyword_only_hit_above_the_default_threshold():
