@@ -2,14 +2,14 @@
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken
 from indexing.embedding_identity import configured_identity
 from indexing.models import Chunk, EmbeddingCache, IndexJob, MemoryFile
-from memoryhub.errors import ApiError
+from memoryhub.domain import NotFound
 
 
 def agent_index_status(*, agent: Agent) -> dict:
@@ -17,6 +17,10 @@ def agent_index_status(*, agent: Agent) -> dict:
     files = MemoryFile.objects.filter(agent=agent).aggregate(
         files=Count("id"),
         pending=Count("id", filter=Q(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING])),
+        # Of those, the files keyword search finds already (chunks of this content written, vectors not yet).
+        awaiting_vectors=Count(
+            "id", filter=Q(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING], indexed_hash=F("content_hash"))
+        ),
         failed=Count("id", filter=Q(state=MemoryFile.State.FAILED)),
         last_indexed_at=Max("indexed_at"),
     )
@@ -25,6 +29,7 @@ def agent_index_status(*, agent: Agent) -> dict:
         "files": files["files"],
         "chunks": Chunk.objects.filter(agent=agent).count(),
         "pending": files["pending"],
+        "awaiting_vectors": files["awaiting_vectors"],
         "failed": files["failed"],
         "failed_jobs": IndexJob.objects.filter(agent=agent, state=IndexJob.State.FAILED).count(),
         "embedding": {
@@ -51,7 +56,7 @@ def file_get(*, agent: Agent, path: str) -> MemoryFile:
     """One of this agent's files, or 404 (another agent's file is simply not there)."""
     memory_file = MemoryFile.objects.filter(agent=agent, path=path).first()
     if memory_file is None:
-        raise ApiError(status_code=404, code="not_found", message=f"No file {path!r}.")
+        raise NotFound(f"No file {path!r}.", code="not_found")
     return memory_file
 
 
@@ -83,7 +88,7 @@ def file_read_lines(*, agent: Agent, path: str, start: int = 1, lines: int = MEM
 def job_get(*, agent: Agent, job_id: int) -> IndexJob:
     job = IndexJob.objects.filter(agent=agent, pk=job_id).first()
     if job is None:
-        raise ApiError(status_code=404, code="not_found", message=f"No job {job_id}.")
+        raise NotFound(f"No job {job_id}.", code="not_found")
     return job
 
 

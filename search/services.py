@@ -31,7 +31,7 @@ from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
 from indexing.models import Chunk, MemoryFile
 from memoryhub import metrics
-from memoryhub.errors import ApiError
+from memoryhub.domain import InvalidInput
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -49,8 +49,8 @@ _DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\
 _TIMED_OUT = "The search did not finish in time (the database is slow or busy). Try again."
 
 
-def _bad_request(message: str) -> ApiError:
-    return ApiError(status_code=400, code="invalid_request", message=message)
+def _bad_request(message: str) -> InvalidInput:
+    return InvalidInput(message, code="invalid_request")
 
 
 # --- Query embeddings, cached -------------------------------------------------------------------
@@ -164,13 +164,16 @@ def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
         return cursor.fetchone()[0]
 
 
-def _pending_files(*, agent: Agent) -> int:
+def _pending_files(*, agent: Agent) -> tuple[int, int]:
+    """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
+    their vectors are not — see indexing.services.files_index)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM indexing_memoryfile WHERE agent_id = %s AND state = ANY(%s)",
+            "SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM indexing_memoryfile "
+            "WHERE agent_id = %s AND state = ANY(%s)",
             [agent.pk, [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]],
         )
-        return cursor.fetchone()[0]
+        return cursor.fetchone()
 
 
 def memory_search(
@@ -183,7 +186,7 @@ def memory_search(
     filters: SearchFilters | None = None,
     explain: bool = False,
 ) -> SearchResponse:
-    """Search one agent's memory. Raises ApiError (400) for bad input, SearchUnavailable (503) when
+    """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (503) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
         response = _memory_search(
@@ -225,7 +228,7 @@ def _memory_search(
     embedding: list[list[float]] | None = None  # one vector per window of the query
     try:
         with deadline.queries():
-            pending = _pending_files(agent=agent)
+            pending, awaiting_vectors = _pending_files(agent=agent)
             has_vectors = used_mode != "keyword" and identity.has_vectors and _agent_has_vectors(agent=agent, identity=identity)
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
@@ -285,8 +288,10 @@ def _memory_search(
             notes.insert(0, f"Nothing matched with a score of at least {min_score:g} (best: {best_below:.3f}).")
         else:
             notes.insert(0, "Nothing matched.")
-    if pending:
-        notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
+    if pending > awaiting_vectors:
+        notes.append(f"{pending - awaiting_vectors} file(s) are still being indexed; recent changes may not be searchable yet.")
+    if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet
+        notes.append(f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed.")
     metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,
