@@ -31,6 +31,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from indexing.models import IndexJob, MemoryFile
+from indexing.states import ACTIVE_JOBS, job_to_queued, to_pending
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,8 @@ def claimed_files_lease(file_ids: list[int]):
 def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
     """Files left ``indexing`` by a dead worker go back to ``pending``; their jobs are queued again (or
     a new ``schedule`` job takes them when theirs is over). Returns the jobs dispatched."""
-    from indexing.services import files_requeue_under_new_job, files_lock
+    from indexing.maintenance import files_requeue_under_new_job
+    from indexing.locks import files_lock
 
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_LEASE_SECONDS)
@@ -151,13 +153,13 @@ def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
         with transaction.atomic():
             files_lock(file_ids)
             reset = MemoryFile.objects.filter(pk__in=file_ids, state=State.INDEXING, updated_at__lt=cutoff).update(
-                state=State.PENDING, updated_at=now
+                **to_pending(now=now)
             )
             if not reset:
                 continue
-            requeued = job_id is not None and IndexJob.objects.filter(
-                pk=job_id, state__in=[JobState.RUNNING, JobState.QUEUED]
-            ).update(state=JobState.QUEUED, error="re-queued: the worker indexing it stopped answering")
+            requeued = job_id is not None and IndexJob.objects.filter(pk=job_id, state__in=ACTIVE_JOBS).update(
+                **job_to_queued(error="re-queued: the worker indexing it stopped answering")
+            )
             if requeued:
                 job_enqueue_on_commit(IndexJob(id=job_id))
                 jobs.append(job_id)
@@ -183,7 +185,7 @@ def provider_recovery_probe() -> list[int]:
     """When files failed for the provider's sake, ask the provider once; if it answers, queue them now.
     Returns the jobs queued."""
     from indexing.embeddings import ProviderError, get_provider
-    from indexing.services import files_requeue_under_new_job
+    from indexing.maintenance import files_requeue_under_new_job
 
     waiting = list(_provider_failed_files().filter(job__state__in=[JobState.DONE, JobState.FAILED]).values_list("agent_id", "id")[:10_000])
     waiting += list(_provider_failed_files().filter(job__isnull=True).values_list("agent_id", "id")[:10_000])

@@ -8,7 +8,8 @@ from django.test.utils import CaptureQueriesContext
 
 from indexing.embeddings import ProviderPermanentError
 from indexing.models import IndexJob
-from indexing.services import file_ingest, index_job_retry
+from indexing.writes import file_ingest
+from indexing.maintenance import index_job_retry
 
 pytestmark = pytest.mark.django_db
 
