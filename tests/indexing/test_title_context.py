@@ -4,7 +4,7 @@ title and chunk together fit in the model's window, and each distinct text is st
 
 from indexing.chunking import count_tokens
 from indexing.models import Chunk
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 from search.services import memory_search
 
 SESSION = "# Session 7 (1:56 pm on 8 May, 2023)\n\n" + "\n".join(
