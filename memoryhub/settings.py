@@ -211,6 +211,10 @@ if MEMORYHUB_EMBEDDING_PROVIDER != "none" and MEMORYHUB_EMBEDDING_DIMENSIONS is 
 # --- Chunking ------------------------------------------------------------------------------------
 MEMORYHUB_CHUNK_TOKENS = env_int("MEMORYHUB_CHUNK_TOKENS", 400, minimum=32, maximum=8000)
 MEMORYHUB_CHUNK_OVERLAP = env_int("MEMORYHUB_CHUNK_OVERLAP", 80, minimum=0, maximum=4000)
+# Embed and keyword-index every chunk with its file's title (a first line "# ...") in front, so a turn
+# of a dated session carries the date (indexing/services.py file_title). Off: no better on the dev
+# sets (docs/search.md).
+MEMORYHUB_CHUNK_TITLE_CONTEXT = env_bool("MEMORYHUB_CHUNK_TITLE_CONTEXT", False)
 if MEMORYHUB_CHUNK_OVERLAP >= MEMORYHUB_CHUNK_TOKENS:
     raise ImproperlyConfigured("MEMORYHUB_CHUNK_OVERLAP must be smaller than MEMORYHUB_CHUNK_TOKENS")
 
@@ -288,11 +292,12 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
 # --- Search (search) -----------------------------------------------------------------------------
-# How the two halves are fused (search/fusion.py): minmax (each half's scores stretched over this
-# query's candidates, best 1 and worst 0, then their weighted mean: what held on both dev sets, see
-# docs/search.md), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
+# How the two halves are fused (search/fusion.py): adaptive (minmax with each weight multiplied by
+# 1 + how peaked its half's scores are for this query: what held on the dev sets, see docs/search.md),
+# minmax (the vector half's scores stretched over this query's candidates, best 1 and worst 0, then
+# the weighted mean), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
 # hit), or rrf (reciprocal rank fusion, scaled so rank 1 in both halves is 1.0).
-MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "minmax", ["weighted", "rrf", "minmax"])
+MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "adaptive", ["adaptive", "minmax", "weighted", "rrf"])
 # Weights of the vector and keyword halves (both fusion methods). With 0.5/0.5 the best keyword hit
 # without any vector support scores 0.5, well above the default min_score.
 MEMORYHUB_SEARCH_VECTOR_WEIGHT = env_float("MEMORYHUB_SEARCH_VECTOR_WEIGHT", 0.5, minimum=0, maximum=1)
