@@ -7,6 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -143,3 +144,58 @@ def test_without_database_url_or_the_embedded_extra_start_up_names_both():
     result = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "ImproperlyConfigured: DATABASE_URL is not set and the embedded PostgreSQL is not installed" in result.stderr
+
+
+COMPOSE_VARIABLE = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
+
+
+def env_file(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Z][A-Z0-9_]*)=(.*)$", text, flags=re.M))
+
+
+def container_environment(service: str, dot_env: dict[str, str]) -> dict[str, str]:
+    """What docker compose hands the service: the .env file (env_file), overridden by `environment`, whose
+    ${VAR:-default} / ${VAR:?error} are interpolated from that same .env (compose reads it for both)."""
+
+    def interpolate(match):
+        name, operator, argument = match.groups()
+        value = dot_env.get(name)
+        if operator == ":?" and not value:
+            raise AssertionError(f"compose would refuse to start: {argument}")
+        if operator == ":-" and not value:
+            return argument
+        return value or ""
+
+    environment = {k: COMPOSE_VARIABLE.sub(interpolate, str(v)) for k, v in compose()["services"][service]["environment"].items()}
+    return {**dot_env, **environment}
+
+
+def provider_under(environment: dict[str, str]) -> str:
+    code = "from django.conf import settings; print(settings.MEMORYHUB_EMBEDDING_PROVIDER)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60,
+        env={**environment, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def dot_env_from_the_example(**filled: str) -> dict[str, str]:
+    """.env as the README says to make it: a copy of .env.example with a few values filled in."""
+    return {**env_file((BASE_DIR / ".env.example").read_text()), "SECRET_KEY": "not-the-dev-key", **filled}
+
+
+@pytest.mark.parametrize("service", ["web", "worker"])
+def test_compose_with_only_an_openai_key_embeds_with_openai(service):
+    environment = container_environment(service, dot_env_from_the_example(OPENAI_API_KEY="sk-test"))
+    assert provider_under(environment) == "openai"
+
+
+def test_compose_with_an_openai_base_url_embeds_with_openai():
+    environment = container_environment("web", dot_env_from_the_example(OPENAI_BASE_URL="http://embeddings:8080/v1"))
+    assert provider_under(environment) == "openai"
+
+
+def test_compose_keeps_a_provider_that_is_named():
+    environment = container_environment("web", dot_env_from_the_example(OPENAI_API_KEY="sk-test", MEMORYHUB_EMBEDDING_PROVIDER="none"))
+    assert provider_under(environment) == "none"
