@@ -1,7 +1,8 @@
 """`make run`: everything a developer needs, in one foreground command.
 
 Starts the embedded PostgreSQL (unless DATABASE_URL is set), migrates, creates a `demo` agent and
-prints a fresh token with a ready-to-paste curl line, then serves the web app on 127.0.0.1:$PORT with
+prints a fresh token with a ready-to-paste curl line (revoking the token the previous run printed), says
+which embedding provider search uses and how to get vectors when there is none, then serves the web app on 127.0.0.1:$PORT with
 gunicorn (memoryhub/gunicorn_conf.py) and runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
 in the web process instead, and this command says so. Ctrl-C stops everything it started.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+DEMO_TOKEN_LABEL = "make run"
 
 
 def say(message: str) -> None:
@@ -76,8 +78,11 @@ def main() -> int:
     try:
         say("applying migrations…")
         manage("migrate", "--noinput", env=env)
-        token = manage("create_agent", "demo", "--existing-ok", "--label", "make run", env=env).strip().splitlines()[-1]
-        say("demo agent token (shown once):")
+        # One demo token at a time: each start revokes the one the previous start printed.
+        output = manage("create_agent", "demo", "--existing-ok", "--rotate", "--label", DEMO_TOKEN_LABEL, env=env)
+        token = output.strip().splitlines()[-1]
+        replaced = "Revoked " in output
+        say("demo agent token (shown once" + ("; the one an earlier `make run` printed is now revoked):" if replaced else "):"))
         print(token, flush=True)
         say("try it:")
         print(f'  curl -H "Authorization: Bearer {token}" http://127.0.0.1:{port}/api/v1/status', flush=True)
