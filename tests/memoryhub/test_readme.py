@@ -53,3 +53,45 @@ def test_run_it_names_the_port_setting_and_the_demo_token_rotation():
     run_it = section("Run it")
     assert "PORT=" in run_it
     assert "revokes the one the previous start" in run_it
+
+
+# Documents that live beside the checkout, not in it: a clone does not have them.
+OUTSIDE_REFERENCE = re.compile(r"\.\./shared|DESIGN\.md|STYLE\.md|(?i:\bseed \d{3}\b|\bthe seeds\b|\bseeds')")
+# The one allowed kind: the benchmark's default data folder, where the README names the data's origin.
+BENCHMARK_DEFAULT = "../shared/data/"
+BENCHMARK_FILES = {"README.md", "docs/search.md", "search/management/commands/bench_search.py"}
+SKIPPED_DIRECTORIES = {".git", ".venv", "node_modules", "test-artifacts", ".pgdata", "__pycache__", "staticfiles"}
+TEXT_SUFFIXES = {".py", ".md", ".html", ".toml", ".yml", ".yaml", ".ts", ".mjs", ".json", ".txt", ".example", ""}
+
+
+def repository_text_files():
+    for path in sorted(BASE_DIR.rglob("*")):
+        relative = path.relative_to(BASE_DIR)
+        if set(relative.parts) & SKIPPED_DIRECTORIES or any(p.endswith(".egg-info") for p in relative.parts):
+            continue
+        if path.is_file() and path.suffix in TEXT_SUFFIXES and path != Path(__file__):
+            yield relative, path
+
+
+def test_nothing_refers_to_files_outside_the_repository():
+    found = []
+    for relative, path in repository_text_files():
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            match = OUTSIDE_REFERENCE.search(line)
+            if not match:
+                continue
+            if str(relative) in BENCHMARK_FILES and BENCHMARK_DEFAULT in line and "DESIGN" not in line:
+                continue
+            found.append(f"{relative}:{number}: {line.strip()}")
+    assert not found, "references to files a clone does not have:\n" + "\n".join(found)
+
+
+def test_the_readme_names_where_the_benchmark_data_comes_from():
+    benchmarks = section("Benchmarks")
+    assert BENCHMARK_DEFAULT in benchmarks and "--data FILE" in benchmarks
+    for origin in ("snap-research/LoCoMo", "Yale-LILY/QMSum", "etri/QMSum_SummaryEvidence"):
+        assert origin in benchmarks, origin

@@ -5,7 +5,8 @@
         [--mode hybrid|vector|keyword] [--base-url URL]
 
 Each --data file is a LoCoMo file or a meetings file (recognised by shape); the default is both dev
-sets from ../shared/data/ (locomo-dev.json, qmsum-dev.json; not shipped, see the README). One agent per
+sets, locomo-dev.json and qmsum-dev.json, in ../shared/data/ beside the checkout (not shipped: the README's
+"Benchmarks" and docs/search.md name where they come from). One agent per
 conversation or meeting workspace (created in the configured database, deleted afterwards unless
 --keep), its files uploaded through `POST /api/v1/sync`, `status.pending` awaited, then every question
 sent to `POST /api/v1/search` with the defaults. Figures are reported per set for its tune and confirm
