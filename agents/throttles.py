@@ -5,7 +5,10 @@ tool calls, MCP), ``write`` (PUT, DELETE and append of files), ``sync`` (the web
 A token past its rate is answered 429 by ``TokenRateThrottle`` after authentication; from then until
 the wait is over, ``RateLimitedTokensMiddleware`` answers that token's requests of that bucket 429 at
 the top of the stack, without a database query, so a client that ignores Retry-After costs the
-other tenants as little as a request can.
+other tenants as little as a request can. The same middleware caps the requests one token has in
+progress in this process (MEMORYHUB_TOKEN_MAX_CONCURRENT): a rate bounds requests over time, the cap
+bounds the threads one tenant can hold at any moment, so a burst of slow requests from one agent cannot
+leave the others waiting for a thread.
 """
 
 import threading
@@ -23,6 +26,8 @@ from memoryhub.ratelimit import Rate, rate_limit_hit
 
 _penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → monotonic time the wait ends
 _penalties_lock = threading.Lock()
+_in_progress: dict[str, int] = {}  # token digest → requests of it being served by this process
+_in_progress_lock = threading.Lock()
 
 
 def request_bucket(method: str, path: str) -> str:
@@ -75,18 +80,35 @@ class RateLimitedTokensMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if _penalties and is_api_path(request.path):
-            scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-            if scheme.lower() == "bearer" and raw:
-                bucket = request_bucket(request.method, request.path)
-                until = _penalties.get((token_digest(raw.strip()), bucket), 0.0)
-                wait = until - time.monotonic()
-                if wait > 0:
-                    metrics.throttled_increment(scope=bucket)
-                    response = JsonResponse(
-                        error_body("rate_limited", f"Too many {bucket} requests for this token. Retry in {wait:.1f} s."),
-                        status=429,
-                    )
-                    response["Retry-After"] = str(max(1, round(wait)))
-                    return response
-        return self.get_response(request)
+        scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip() or not is_api_path(request.path):
+            return self.get_response(request)
+        digest = token_digest(raw.strip())
+        bucket = request_bucket(request.method, request.path)
+        wait = _penalties.get((digest, bucket), 0.0) - time.monotonic() if _penalties else 0.0
+        if wait > 0:
+            return _too_many(bucket, f"Too many {bucket} requests for this token. Retry in {wait:.1f} s.", wait)
+        cap = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT
+        if not cap:
+            return self.get_response(request)
+        with _in_progress_lock:
+            busy = _in_progress.get(digest, 0)
+            if busy < cap:
+                _in_progress[digest] = busy + 1
+        if busy >= cap:
+            return _too_many(bucket, f"Too many requests in progress for this token (at most {cap} at once). Retry in 1 s.", 1)
+        try:
+            return self.get_response(request)
+        finally:
+            with _in_progress_lock:
+                if _in_progress[digest] <= 1:
+                    del _in_progress[digest]
+                else:
+                    _in_progress[digest] -= 1
+
+
+def _too_many(bucket: str, message: str, wait: float) -> JsonResponse:
+    metrics.throttled_increment(scope=bucket)
+    response = JsonResponse(error_body("rate_limited", message), status=429)
+    response["Retry-After"] = str(max(1, round(wait)))
+    return response

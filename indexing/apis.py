@@ -28,7 +28,7 @@ from indexing.selectors import (
 )
 from indexing.services import SyncEntry, content_from_bytes, file_delete, file_ingest, hash_normalize, workspace_sync
 from memoryhub.errors import ApiError
-from memoryhub.fields import ClientDatetimeField, StrictBooleanField, StrictCharField
+from memoryhub.fields import AttributesField, ClientDatetimeField, StrictBooleanField, StrictCharField, StrictSerializer
 from memoryhub.parsers import BoundedJSONParser
 
 class AgentStatusApi(APIView):
@@ -146,6 +146,7 @@ class FileOutputSerializer(serializers.Serializer):
     hash = serializers.CharField(source="content_hash")
     size = serializers.IntegerField()
     status = serializers.CharField(source="state")
+    attributes = serializers.DictField()
 
 
 class FileUploadApi(BodyLimitMixin, APIView):
@@ -154,10 +155,11 @@ class FileUploadApi(BodyLimitMixin, APIView):
     required_scope = "write"
     parser_classes = [BoundedJSONParser, RawTextParser]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         content = TextContentField()
         source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
         mtime = ClientDatetimeField(required=False, allow_null=True)
+        attributes = AttributesField(required=False, allow_null=True)
 
     class QuerySerializer(serializers.Serializer):
         source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False)
@@ -185,7 +187,8 @@ class FileUploadApi(BodyLimitMixin, APIView):
         parameters=[QuerySerializer, IF_MATCH_PARAMETER],
         responses={200: OutputSerializer, 201: OutputSerializer},
         description="The body is the file (any non-JSON content type; `source` and `mtime` may then be given in the "
-        "query string), or JSON `{content, source?, mtime?}`. 201 for a new path, 200 otherwise; `job` is null when "
+        "query string), or JSON `{content, source?, mtime?, attributes?}` (`attributes` replaces the file's attributes; "
+        "left out, they are kept). 201 for a new path, 200 otherwise; `job` is null when "
         "the content is unchanged.",
     )
     def put(self, request, path):
@@ -201,7 +204,7 @@ class FileUploadApi(BodyLimitMixin, APIView):
             fields = serializer.validated_data
         memory_file, job = file_ingest(
             agent=request.user, path=path, content=fields["content"], source=fields.get("source"), mtime=fields.get("mtime"),
-            expected_hash=_if_match(request),
+            attributes=fields.get("attributes"), expected_hash=_if_match(request),
         )
         memory_file.job_id_or_none = job.id if job else None
         return Response(
@@ -216,10 +219,11 @@ class FileAppendApi(BodyLimitMixin, APIView):
     required_scope = "write"
     parser_classes = [BoundedJSONParser, RawTextParser]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         text = TextContentField()
         source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
         mtime = ClientDatetimeField(required=False, allow_null=True)
+        attributes = AttributesField(required=False, allow_null=True)
 
     OutputSerializer = FileUploadApi.OutputSerializer
     QuerySerializer = FileUploadApi.QuerySerializer
@@ -233,7 +237,7 @@ class FileAppendApi(BodyLimitMixin, APIView):
         request={"application/json": InputSerializer, "text/plain": OpenApiTypes.STR},
         parameters=[QuerySerializer, IF_MATCH_PARAMETER],
         responses={200: OutputSerializer, 201: OutputSerializer},
-        description="Send only the new text (a raw body, or JSON `{text, source?, mtime?}`); it goes on a new line at "
+        description="Send only the new text (a raw body, or JSON `{text, source?, mtime?, attributes?}`); it goes on a new line at "
         "the end of the file, which is created when absent (201). Only the chunks whose text changed are embedded again.",
     )
     def post(self, request, path):
@@ -249,7 +253,7 @@ class FileAppendApi(BodyLimitMixin, APIView):
             fields = serializer.validated_data
         memory_file, job = file_ingest(
             agent=request.user, path=path, append=fields["text"], source=fields.get("source"), mtime=fields.get("mtime"),
-            expected_hash=_if_match(request),
+            attributes=fields.get("attributes"), expected_hash=_if_match(request),
         )
         memory_file.job_id_or_none = job.id if job else None
         return Response(
@@ -384,13 +388,14 @@ class WorkspaceSyncApi(BodyLimitMixin, APIView):
     required_scope = "write"
     parser_classes = [BoundedJSONParser]
 
-    class InputSerializer(serializers.Serializer):
-        class FileSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
+        class FileSerializer(StrictSerializer):
             path = StrictCharField(trim_whitespace=False)
             content = TextContentField(required=False, allow_null=True)
             hash = StrictCharField(required=False, allow_null=True, allow_blank=True)
             source = serializers.ChoiceField(choices=MemoryFile.Source.values, required=False, allow_null=True)
             mtime = ClientDatetimeField(required=False, allow_null=True)
+            attributes = AttributesField(required=False, allow_null=True)
 
         files = FileSerializer(many=True)
         delete_missing = StrictBooleanField(default=False)

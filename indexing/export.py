@@ -1,7 +1,8 @@
 """One agent's memory as a JSON Lines file a person can read, and back.
 
 The first line is a header (``{"format": "memoryhub-export", "version": 1, "agent": ..., "files": N}``);
-each following line is one file: ``{"path", "source", "mtime", "hash", "content"}``, ordered by path.
+each following line is one file: ``{"path", "source", "mtime", "hash", "attributes", "content"}``, ordered by path
+(an export without ``attributes``, from before they existed, imports with none).
 Chunks and vectors are not exported: an import stores the files and queues their indexing, so the
 importing deployment chunks and embeds them with its own settings (and its embedding cache).
 """
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agents.models import Agent
+from indexing.attributes import InvalidAttributes, attributes_clean
 from indexing.models import MemoryFile
 from indexing.services import SyncEntry, workspace_sync
 from memoryhub.errors import ApiError
@@ -36,9 +38,12 @@ def agent_export_lines(*, agent: Agent) -> Iterator[str]:
         "exported_at": timezone.now().isoformat(),
     }
     yield json.dumps(header) + "\n"
-    rows = files.values_list("path", "source", "client_mtime", "content_hash", "content")
-    for path, source, mtime, digest, content in rows.iterator(chunk_size=_EXPORT_FETCH):
-        line = {"path": path, "source": source, "mtime": mtime.isoformat() if mtime else None, "hash": digest, "content": content}
+    rows = files.values_list("path", "source", "client_mtime", "content_hash", "attributes", "content")
+    for path, source, mtime, digest, attributes, content in rows.iterator(chunk_size=_EXPORT_FETCH):
+        line = {
+            "path": path, "source": source, "mtime": mtime.isoformat() if mtime else None, "hash": digest,
+            "attributes": attributes, "content": content,
+        }
         yield json.dumps(line, ensure_ascii=False) + "\n"
 
 
@@ -81,7 +86,14 @@ def _entries(lines: Iterable[str]) -> Iterator[SyncEntry]:
             mtime = parse_datetime(item["mtime"]) if isinstance(item.get("mtime"), str) else None
         except ValueError:
             raise _invalid(number, "'mtime' is not an ISO 8601 date and time") from None
-        yield SyncEntry(path=item["path"], content=item["content"], hash=item.get("hash"), source=item.get("source"), mtime=mtime)
+        try:
+            attributes = attributes_clean(item["attributes"]) if item.get("attributes") is not None else None
+        except InvalidAttributes as exc:
+            raise _invalid(number, str(exc)) from None
+        yield SyncEntry(
+            path=item["path"], content=item["content"], hash=item.get("hash"), source=item.get("source"), mtime=mtime,
+            attributes=attributes,
+        )
 
 
 def agent_import(*, agent: Agent, lines: Iterable[str]) -> ImportOutcome:

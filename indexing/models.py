@@ -95,6 +95,8 @@ class MemoryFile(models.Model):
     content_hash = models.CharField(max_length=64)
     size = models.PositiveBigIntegerField(help_text="Bytes of UTF-8 content.")
     client_mtime = models.DateTimeField(null=True, blank=True)
+    # The user's key/value pairs (indexing/attributes.py): metadata search filters on, never indexed text.
+    attributes = models.JSONField(default=dict, db_default={}, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     # content_hash of the version whose chunks are in the index ("" before the first indexing).
     indexed_hash = models.CharField(max_length=64, blank=True)

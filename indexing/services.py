@@ -227,10 +227,14 @@ def file_ingest(
     append: str | None = None,
     source: str | None = None,
     mtime: datetime | None = None,
+    attributes: dict | None = None,
     expected_hash: str | None = None,
 ) -> tuple[MemoryFile, IndexJob | None]:
     """Store one file's content, or (``append``) add text to its end, creating it when absent.
     Unchanged content (same hash and source) creates no job.
+
+    ``attributes`` (validated by indexing/attributes.py) replace the file's attributes; None keeps them.
+    They are metadata: a change of attributes alone updates the row and creates no job.
 
     ``expected_hash`` makes the write conditional: the file's current hash (``""`` for "no file yet"),
     else 412 ``hash_mismatch`` and nothing is written. An append's chunks keep their text hashes up to
@@ -257,6 +261,9 @@ def file_ingest(
             if mtime is not None and memory_file.client_mtime != mtime:
                 MemoryFile.objects.filter(pk=memory_file.pk).update(client_mtime=mtime)
                 memory_file.client_mtime = mtime
+            if attributes is not None and memory_file.attributes != attributes:
+                MemoryFile.objects.filter(pk=memory_file.pk).update(attributes=attributes)
+                memory_file.attributes = attributes
             memory_file.was_created = False
             return memory_file, None
         _quota_check(
@@ -275,6 +282,7 @@ def file_ingest(
         memory_file.content_hash = content_hash
         memory_file.size = size
         memory_file.client_mtime = mtime if mtime is not None else memory_file.client_mtime
+        memory_file.attributes = attributes if attributes is not None else memory_file.attributes
         memory_file.state = State.PENDING
         memory_file.last_error = ""
         memory_file.failures = 0
@@ -292,6 +300,7 @@ class SyncEntry:
     hash: str | None = None
     source: str | None = None
     mtime: datetime | None = None
+    attributes: dict | None = None  # None: keep the file's attributes
 
 
 @dataclass
@@ -312,6 +321,7 @@ class _Prepared:
     hash: str
     size: int
     mtime: datetime | None
+    attributes: dict | None
 
 
 def _entry_error(index: int, exc: ApiError) -> ApiError:
@@ -342,13 +352,13 @@ def _sync_prepare(entries: list[SyncEntry]) -> list[_Prepared]:
                 raise ApiError(status_code=400, code="invalid_request", message="each file needs 'content' or 'hash'.")
         except ApiError as exc:
             raise _entry_error(index, exc) from None
-        prepared.append(_Prepared(path, source, bool(entry.source), entry.content, digest, size, entry.mtime))
+        prepared.append(_Prepared(path, source, bool(entry.source), entry.content, digest, size, entry.mtime, entry.attributes))
     return prepared
 
 
 def _existing_files(*, agent: Agent, paths: list[str]) -> dict[str, MemoryFile]:
     found: dict[str, MemoryFile] = {}
-    fields = ("id", "agent_id", "path", "source", "content_hash", "size", "client_mtime")
+    fields = ("id", "agent_id", "path", "source", "content_hash", "size", "client_mtime", "attributes")
     for start in range(0, len(paths), 5000):
         batch = paths[start : start + 5000]
         for memory_file in MemoryFile.objects.filter(agent=agent, path__in=batch).only(*fields):
@@ -376,8 +386,12 @@ def workspace_sync(
         to_create: list[_Prepared] = []
         to_update: list[tuple[_Prepared, MemoryFile]] = []
         to_resource: list[tuple[_Prepared, MemoryFile]] = []  # same content, new source: index again
+        relabelled: list[MemoryFile] = []  # new attributes only: no indexing
         for item in prepared:
             current = existing.get(item.path)
+            if current is not None and item.attributes is not None and current.attributes != item.attributes:
+                current.attributes = item.attributes
+                relabelled.append(current)
             if current is None or current.content_hash != item.hash:
                 if item.content is None:
                     outcome.needed.append(item.path)
@@ -437,7 +451,7 @@ def workspace_sync(
                 [
                     MemoryFile(
                         agent=agent, path=i.path, source=i.source, content=i.content, content_hash=i.hash,
-                        size=i.size, client_mtime=i.mtime, state=State.PENDING, job=job,
+                        size=i.size, client_mtime=i.mtime, attributes=i.attributes or {}, state=State.PENDING, job=job,
                     )
                     for i in to_create
                 ],
@@ -454,9 +468,15 @@ def workspace_sync(
         if updates:
             MemoryFile.objects.bulk_update(
                 updates,
-                ["content", "content_hash", "size", "client_mtime", "source", "state", "last_error", "failures", "job", "updated_at"],
+                [
+                    "content", "content_hash", "size", "client_mtime", "attributes", "source", "state", "last_error",
+                    "failures", "job", "updated_at",
+                ],
                 batch_size=200,
             )
+        relabelled = [f for f in relabelled if f not in {current for _, current in to_update}]
+        if relabelled:
+            MemoryFile.objects.bulk_update(relabelled, ["attributes"], batch_size=500)
         for item, current in to_resource:  # rare: same text declared under another source
             MemoryFile.objects.filter(pk=current.pk).update(
                 source=item.source, indexed_hash="", state=State.PENDING, last_error="", failures=0, job=job, updated_at=now

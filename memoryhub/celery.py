@@ -3,9 +3,20 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
 
 app = Celery("memoryhub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def lower_priority(**_) -> None:
+    """Indexing yields the CPU to searches (MEMORYHUB_WORKER_NICE): set before the pool forks, so every
+    worker process inherits it."""
+    from django.conf import settings
+
+    if settings.MEMORYHUB_WORKER_NICE:
+        os.nice(settings.MEMORYHUB_WORKER_NICE)

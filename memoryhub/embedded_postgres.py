@@ -4,8 +4,8 @@
 directory without root, listening on a Unix socket only (no TCP port to collide with). The data
 directory lives in the project folder (``.pgdata/``, git-ignored) and is reused across runs.
 
-The server is started on demand by whichever process needs it first (settings import, ``make run``,
-the test session) and keeps running until ``stop`` is called: ``make run`` stops it on Ctrl-C, and
+The server is started on demand by whichever process needs it first (its first database connection
+through memoryhub/embedded_db, ``make run``, the test session) and keeps running until ``stop`` is called: ``make run`` stops it on Ctrl-C, and
 ``python -m memoryhub.embedded_postgres stop`` stops it by hand.
 
 Command line: ``python -m memoryhub.embedded_postgres start|stop|status [--data-dir DIR]``.

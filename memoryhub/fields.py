@@ -13,6 +13,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 DATE_MIN = datetime(1900, 1, 1, tzinfo=timezone.utc)
@@ -98,3 +99,64 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
+
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that refuses fields it does not know (400 invalid_request naming them): a typo such
+    as ``"filter"`` for ``"filters"`` would otherwise be ignored, and the client would never know its
+    request was not the one it meant."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(key for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {key: [f"Unknown field; this object takes {', '.join(self.fields)}."] for key in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {"type": "object", "maxProperties": 16, "additionalProperties": {"type": ["string", "number", "boolean"]}}
+)
+class AttributesField(serializers.Field):
+    """A file's attributes: at most 16 keys with string, number or boolean values (indexing/attributes.py)."""
+
+    def to_internal_value(self, value):
+        from indexing.attributes import InvalidAttributes, attributes_clean
+
+        try:
+            return attributes_clean(value, field=self.field_name)
+        except InvalidAttributes as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "{type: eq|ne|gt|gte|lt|lte|in|nin, key, value} or {type: and|or, filters: [...]}",
+        "properties": {
+            "type": {"type": "string", "enum": ["eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "and", "or"]},
+            "key": {"type": "string"},
+            "value": {"type": ["string", "number", "boolean", "array"]},
+            "filters": {"type": "array", "items": {"type": "object"}},
+        },
+        "required": ["type"],
+    }
+)
+class AttributeFilterField(serializers.Field):
+    """Search filters on attributes: comparison and compound filters (indexing/attributes.py)."""
+
+    def to_internal_value(self, value):
+        from indexing.attributes import AttributeFilter, InvalidAttributes
+
+        try:
+            return AttributeFilter.parse(value, field=self.field_name)
+        except InvalidAttributes as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value):
+        return value.to_json()

@@ -110,7 +110,7 @@ def _database_from_url(url: str) -> dict:
 DATABASE_URL = env_str("DATABASE_URL")
 EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_DIR / ".pgdata")
 if DATABASE_URL:
-    _database = _database_from_url(DATABASE_URL)
+    _database = {"ENGINE": "django.db.backends.postgresql", **_database_from_url(DATABASE_URL)}
 else:
     from memoryhub import embedded_postgres
 
@@ -119,12 +119,11 @@ else:
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: set DATABASE_URL, or install "
             "the `embedded` extra (pip install -e '.[embedded]'; make run and make test do)."
         )
-    _params = embedded_postgres.ensure_running(EMBEDDED_POSTGRES_DIR)
-    _database = {"NAME": _params["dbname"], "USER": _params["user"], "PASSWORD": "",
-                 "HOST": _params["host"], "PORT": str(_params["port"]), "OPTIONS": {}}
+    # The embedded server starts on the first connection (memoryhub/embedded_db), never at import.
+    _database = {"ENGINE": "memoryhub.embedded_db", "NAME": "memoryhub", "USER": "", "PASSWORD": "",
+                 "HOST": "", "PORT": "", "OPTIONS": {}, "EMBEDDED_DATA_DIR": str(EMBEDDED_POSTGRES_DIR)}
 DATABASES = {
     "default": {
-        "ENGINE": "django.db.backends.postgresql",
         "CONN_MAX_AGE": env_int("MEMORYHUB_DB_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         **_database,
@@ -154,6 +153,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("MEMORYHUB_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_TIME_LIMIT = env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The worker's CPU priority below the web's (nice increment, 0-19; 0 = as the web): indexing is
+# background work, and on a machine shared with the web processes a tenant's flood of uploads must not
+# slow the other tenants' searches. Raised once at worker start; the pool's processes inherit it.
+MEMORYHUB_WORKER_NICE = env_int("MEMORYHUB_WORKER_NICE", 10, minimum=0, maximum=19)
 # The queue every task is sent to and every worker reads: give each deployment that shares a Redis its own.
 CELERY_TASK_DEFAULT_QUEUE = env_str("MEMORYHUB_TASK_QUEUE") or "celery"
 # With acks_late, a message a worker took but never acknowledged (the worker was killed) goes back to
@@ -310,6 +313,9 @@ if MEMORYHUB_SEARCH_MAX_RESULTS > MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT:
     raise ImproperlyConfigured("MEMORYHUB_SEARCH_MAX_RESULTS must not exceed MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT")
 # Longest snippet in characters; snippets fill it with the best lines and their neighbours.
 MEMORYHUB_SEARCH_SNIPPET_CHARS = env_int("MEMORYHUB_SEARCH_SNIPPET_CHARS", 700, minimum=80, maximum=20_000)
+# Files up to this size (bytes) are read whole for snippets, so a snippet can extend past its chunk into
+# neighbouring lines; a larger file shows its chunks' own text, so its searches cost what a small file's do.
+MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = env_int("MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES", 262_144, minimum=0)
 # Candidates taken from each half before fusion (at least twice max_results).
 MEMORYHUB_SEARCH_CANDIDATE_POOL = env_int("MEMORYHUB_SEARCH_CANDIDATE_POOL", 100, minimum=1, maximum=10_000)
 # Boost for recent dated memory files (memory/YYYY-MM-DD.md): 0 = off; b makes a file's score fall from
@@ -411,6 +417,10 @@ MEMORYHUB_RATE_LIMITS = {
     "sync": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SYNC", "120/min"), name="MEMORYHUB_RATE_LIMIT_SYNC"),
     "read": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_READ", "1200/min"), name="MEMORYHUB_RATE_LIMIT_READ"),
 }
+# Requests one token may have in progress at once in one web process (0 = no cap). Beyond it: 429
+# rate_limited with Retry-After 1, from the first middleware. With 8 threads a process, one tenant can
+# then never hold every thread, however it sends (agents/throttles.py).
+MEMORYHUB_TOKEN_MAX_CONCURRENT = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT", 4, minimum=0)
 # Admin login: after this many failed attempts for one username from one address, that pair is locked
 # out (even with the right password) until this many seconds pass without another attempt.
 MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)

@@ -1,5 +1,6 @@
 """POST /api/v1/search — hybrid search over this agent's memory (read scope). A thin view over
-search.services.memory_search; filters are flat fields of the request body."""
+search.services.memory_search; the file filters are flat fields of the request body, the attribute
+filters a tree under ``filters`` (indexing/attributes.py)."""
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -8,7 +9,15 @@ from rest_framework.views import APIView
 
 from indexing.models import MemoryFile
 from indexing.paths import prefix_normalize
-from memoryhub.fields import ClientDatetimeField, StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
+from memoryhub.fields import (
+    AttributeFilterField,
+    ClientDatetimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 from search.services import MODES, memory_search
 from search.types import SearchFilters
 
@@ -17,7 +26,7 @@ class SearchApi(APIView):
     required_scope = "read"
     openapi_error_statuses = (503,)  # search_timeout: nothing found before the search's deadline
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         query = StrictCharField(trim_whitespace=False, allow_blank=True)
         max_results = StrictIntegerField(required=False, allow_null=True)
         min_score = StrictFloatField(required=False, allow_null=True)
@@ -28,6 +37,7 @@ class SearchApi(APIView):
         path_prefix = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
         modified_since = ClientDatetimeField(required=False, allow_null=True)
         modified_until = ClientDatetimeField(required=False, allow_null=True)
+        filters = AttributeFilterField(required=False, allow_null=True)
         explain = StrictBooleanField(required=False, default=False)
 
     class OutputSerializer(serializers.Serializer):
@@ -38,6 +48,7 @@ class SearchApi(APIView):
             score = serializers.FloatField()
             snippet = serializers.CharField()
             source = serializers.CharField()
+            attributes = serializers.DictField()
 
         class ExplainedResultSerializer(ResultSerializer):
             explain = serializers.DictField()
@@ -63,6 +74,7 @@ class SearchApi(APIView):
             path_prefix=prefix_normalize(data.get("path_prefix")),
             modified_since=data.get("modified_since"),
             modified_until=data.get("modified_until"),
+            attributes=data.get("filters"),
         )
         response = memory_search(
             agent=request.user,

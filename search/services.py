@@ -366,8 +366,12 @@ def _results(
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
     batch = max_results  # the usual case needs no more; skipped hits pull in the next batch
+    # Hits whose lines are all shown already are dropped here, before any query: when hundreds of
+    # candidates cite the same few lines (a file that is one long line), the search stops reading
+    # batches as soon as those lines are shown instead of walking the whole pool.
+    fresh = (c for c in candidates if not _all_shown(spans[c.chunk_id], shown))
     while len(results) < max_results:
-        group = list(itertools.islice(candidates, batch))
+        group = list(itertools.islice(fresh, batch))
         if not group:
             break
         try:
@@ -411,9 +415,17 @@ def _results(
                     snippet=snippet.text,
                     source=memory_file.source,
                     explain=c.explain() if explain else None,
+                    attributes=memory_file.attributes,
                 )
             )
     return results, best_below
+
+
+def _all_shown(span: tuple[int, int, int], shown: dict[int, set[int]]) -> bool:
+    """Whether every line of a candidate's (file id, start line, end line) is cited by a snippet already."""
+    file_id, start_line, end_line = span
+    seen = shown.get(file_id)
+    return bool(seen) and all(line in seen for line in range(start_line, end_line + 1))
 
 
 def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, keyword: KeywordResult) -> list:
@@ -421,10 +433,21 @@ def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, key
     its file or chunk is gone, or every line of it is shown already (skipped before any work on it).
     Lines longer than the snippet budget are windowed as they are read (FileLines.windowed)."""
     wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
-    for memory_file in MemoryFile.objects.filter(pk__in=wanted).only("id", "path", "source", "content", "content_hash", "indexed_hash"):
+    whole_max = settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES
+    fetched = MemoryFile.objects.filter(pk__in=wanted).only(
+        "id", "path", "source", "size", "content_hash", "indexed_hash", "attributes"
+    )
+    for memory_file in fetched:
         files[memory_file.pk] = memory_file
-    changed = [c.chunk_id for c in group if (f := files.get(spans[c.chunk_id][0])) and f.indexed_hash != f.content_hash]
-    texts = dict(Chunk.objects.filter(pk__in=changed).values_list("id", "text")) if changed else {}
+    # A file read whole must be small: one that is larger shows its chunks' own text (bounded by the
+    # chunk size), so a 5 MB file costs a search no more than a small one.
+    small = [f.pk for f in files.values() if f.pk in wanted and f.size <= whole_max and f.indexed_hash == f.content_hash]
+    contents = dict(MemoryFile.objects.filter(pk__in=small).values_list("id", "content")) if small else {}
+    by_chunk = [
+        c.chunk_id for c in group
+        if (f := files.get(spans[c.chunk_id][0])) and (f.indexed_hash != f.content_hash or f.size > whole_max)
+    ]
+    texts = dict(Chunk.objects.filter(pk__in=by_chunk).values_list("id", "text")) if by_chunk else {}
     regions = []
     for c in group:
         file_id, start_line, end_line = spans[c.chunk_id]
@@ -432,13 +455,13 @@ def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, key
         if memory_file is None:  # deleted since the candidate queries
             regions.append(None)
             continue
-        if memory_file.indexed_hash == memory_file.content_hash:
+        if memory_file.indexed_hash == memory_file.content_hash and memory_file.size <= whole_max:
             key = (file_id, 0)
             if key not in file_lines:
-                file_lines[key] = FileLines.of_file(content=memory_file.content, source=memory_file.source).windowed(
+                file_lines[key] = FileLines.of_file(content=contents.get(file_id, ""), source=memory_file.source).windowed(
                     budget=budget, query_lexemes=keyword.lexemes
                 )
-        elif c.chunk_id in texts:  # the stored file changed since this chunk was indexed: its own text is the truth
+        elif c.chunk_id in texts:  # a large file, or one changed since this chunk was indexed: the chunk's own text
             key = (file_id, c.chunk_id)
             file_lines[key] = FileLines.of_chunk(text=texts[c.chunk_id], start_line=start_line, end_line=end_line).windowed(
                 budget=budget, query_lexemes=keyword.lexemes

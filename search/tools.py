@@ -14,12 +14,21 @@ from typing import Any, Callable
 from rest_framework import serializers
 
 from agents.models import Agent
-from indexing.paths import path_normalize
+from indexing.models import MemoryFile
+from indexing.paths import path_normalize, prefix_normalize
 from indexing.selectors import MEMORY_GET_MAX_FROM, MEMORY_GET_MAX_LINES, agent_index_status, file_read_lines
 from indexing.services import file_delete, file_ingest, hash_normalize
 from memoryhub.errors import ApiError
-from memoryhub.fields import StrictCharField, StrictFloatField, StrictIntegerField
+from memoryhub.fields import (
+    AttributeFilterField,
+    AttributesField,
+    ClientDatetimeField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+)
 from search.services import memory_search
+from search.types import SearchFilters
 
 MAX_SEARCH_RESULTS = 50
 TOOL_FORMATS = ("openai", "anthropic", "mcp", "responses")
@@ -50,6 +59,36 @@ _EXPECTED_HASH = {
     "description": "Write only if the file's current hash is this one (\"\" = only if it does not exist yet).",
 }
 
+_ATTRIBUTES = {
+    "type": "object",
+    "description": "Up to 16 labels for the file, e.g. {\"project\": \"falcon\", \"priority\": 2}: string, number or "
+    "boolean values. memory_search can filter on them. Left out, the file keeps the ones it has.",
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+_FILTER_TYPES = ["eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "and", "or"]
+_SEARCH_FILTERS = {
+    "sources": {
+        "type": "array",
+        "items": {"type": "string", "enum": ["memory", "session", "workspace"]},
+        "description": "Only these kinds of file: memory (MEMORY.md, memory/), session (transcripts), workspace.",
+    },
+    "path_prefix": {"type": "string", "description": "Only files whose path starts with this, e.g. memory/2026-03 or projects/."},
+    "modified_since": {"type": "string", "description": "Only files modified at or after this ISO 8601 date-time."},
+    "modified_until": {"type": "string", "description": "Only files modified at or before this ISO 8601 date-time."},
+    "filters": {
+        "type": "object",
+        "description": "Only files whose attributes match: {\"type\": \"eq\", \"key\": \"project\", \"value\": \"falcon\"} "
+        "(eq ne gt gte lt lte in nin; in/nin take a list), or {\"type\": \"and\"|\"or\", \"filters\": [...]}.",
+        "properties": {
+            "type": {"type": "string", "enum": _FILTER_TYPES},
+            "key": {"type": "string"},
+            "value": {"type": ["string", "number", "boolean", "array"]},
+            "filters": {"type": "array", "items": {"type": "object"}},
+        },
+        "required": ["type"],
+    },
+}
+
 TOOL_SCHEMAS: dict[str, dict] = {
     "memory_search": {
         "type": "object",
@@ -67,6 +106,7 @@ TOOL_SCHEMAS: dict[str, dict] = {
                 "maximum": 1,
                 "description": "Drop results scoring below this (0-1; the server's default keeps exact keyword matches).",
             },
+            **_SEARCH_FILTERS,
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -96,6 +136,7 @@ TOOL_SCHEMAS: dict[str, dict] = {
         "properties": {
             "path": {"type": "string", "description": "Where to save it, e.g. memory/project-falcon.md (a bare name goes under memory/)."},
             "content": {"type": "string", "description": "The whole new text of the file."},
+            "attributes": _ATTRIBUTES,
             "expected_hash": _EXPECTED_HASH,
         },
         "required": ["path", "content"],
@@ -106,6 +147,7 @@ TOOL_SCHEMAS: dict[str, dict] = {
         "properties": {
             "path": {"type": "string", "description": "The file to extend, e.g. memory/2026-03-01.md (a bare name goes under memory/)."},
             "text": {"type": "string", "description": "Only the new lines; they start on a new line."},
+            "attributes": _ATTRIBUTES,
             "expected_hash": _EXPECTED_HASH,
         },
         "required": ["path", "text"],
@@ -197,6 +239,11 @@ class MemorySearchArguments(serializers.Serializer):
     query = StrictCharField(trim_whitespace=False, allow_blank=True)
     maxResults = StrictIntegerField(min_value=1, max_value=MAX_SEARCH_RESULTS, required=False, allow_null=True)
     minScore = StrictFloatField(min_value=0, max_value=1, required=False, allow_null=True)
+    sources = serializers.ListField(child=serializers.ChoiceField(choices=MemoryFile.Source.values), required=False, allow_null=True)
+    path_prefix = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+    modified_since = ClientDatetimeField(required=False, allow_null=True)
+    modified_until = ClientDatetimeField(required=False, allow_null=True)
+    filters = AttributeFilterField(required=False, allow_null=True)
 
 
 class MemoryGetArguments(serializers.Serializer):
@@ -224,12 +271,14 @@ class ExpectedHashField(serializers.Field):
 class MemoryWriteArguments(serializers.Serializer):
     path = StrictCharField(trim_whitespace=False)
     content = StrictCharField(trim_whitespace=False, allow_blank=True)
+    attributes = AttributesField(required=False, allow_null=True)
     expected_hash = ExpectedHashField(required=False, allow_null=True)
 
 
 class MemoryAppendArguments(serializers.Serializer):
     path = StrictCharField(trim_whitespace=False)
     text = StrictCharField(trim_whitespace=False, allow_blank=True)
+    attributes = AttributesField(required=False, allow_null=True)
     expected_hash = ExpectedHashField(required=False, allow_null=True)
 
 
@@ -240,7 +289,10 @@ class MemoryDeleteArguments(serializers.Serializer):
 
 # Snake-case spellings some frameworks produce; mapped onto the tool's own names.
 _ALIASES = {
-    "memory_search": {"max_results": "maxResults", "min_score": "minScore"},
+    "memory_search": {
+        "max_results": "maxResults", "min_score": "minScore", "pathPrefix": "path_prefix",
+        "modifiedSince": "modified_since", "modifiedUntil": "modified_until",
+    },
     "memory_get": {"from": "start", "start_line": "start"},
     "memory_write": {},
     "memory_append": {},
@@ -278,8 +330,15 @@ def _citation(path: str, start: int, end: int) -> str:
 
 def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
     args = _validated("memory_search", MemorySearchArguments, arguments)
+    filters = SearchFilters(
+        sources=tuple(dict.fromkeys(args.get("sources") or ())),
+        path_prefix=prefix_normalize(args.get("path_prefix")),
+        modified_since=args.get("modified_since"),
+        modified_until=args.get("modified_until"),
+        attributes=args.get("filters"),
+    )
     response = memory_search(
-        agent=agent, query=args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore")
+        agent=agent, query=args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), filters=filters
     )
     results = [
         {
@@ -289,6 +348,7 @@ def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
             "score": result.score,
             "snippet": result.snippet,
             "source": result.source,
+            "attributes": result.attributes,
             "citation": _citation(result.path, result.start_line, result.end_line),
         }
         for result in response.results
@@ -357,6 +417,7 @@ def _written(*, agent: Agent, action: str, memory_file, job) -> ToolOutput:
         "size": memory_file.size,
         "job": job.id if job is not None else None,
         "pending": pending,
+        "attributes": memory_file.attributes,
     }
     if job is None:
         content = f"{memory_file.path} already had this content (hash {memory_file.content_hash}); nothing changed."
@@ -370,7 +431,8 @@ def _written(*, agent: Agent, action: str, memory_file, job) -> ToolOutput:
 def memory_write_run(*, agent: Agent, arguments: Any) -> ToolOutput:
     args = _validated("memory_write", MemoryWriteArguments, arguments)
     memory_file, job = file_ingest(
-        agent=agent, path=_write_path(args["path"]), content=args["content"], expected_hash=args.get("expected_hash")
+        agent=agent, path=_write_path(args["path"]), content=args["content"], attributes=args.get("attributes"),
+        expected_hash=args.get("expected_hash"),
     )
     return _written(agent=agent, action="created" if memory_file.was_created else "replaced", memory_file=memory_file, job=job)
 
@@ -378,7 +440,8 @@ def memory_write_run(*, agent: Agent, arguments: Any) -> ToolOutput:
 def memory_append_run(*, agent: Agent, arguments: Any) -> ToolOutput:
     args = _validated("memory_append", MemoryAppendArguments, arguments)
     memory_file, job = file_ingest(
-        agent=agent, path=_write_path(args["path"]), append=args["text"], expected_hash=args.get("expected_hash")
+        agent=agent, path=_write_path(args["path"]), append=args["text"], attributes=args.get("attributes"),
+        expected_hash=args.get("expected_hash"),
     )
     return _written(agent=agent, action="created" if memory_file.was_created else "appended", memory_file=memory_file, job=job)
 

@@ -4,6 +4,8 @@
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from indexing.attributes import AttributeFilter
+
 
 @dataclass(frozen=True)
 class SearchFilters:
@@ -13,6 +15,7 @@ class SearchFilters:
     path_prefix: str = ""
     modified_since: datetime | None = None  # on the file's client mtime, else its last upload
     modified_until: datetime | None = None
+    attributes: AttributeFilter | None = None  # the request's "filters" on file attributes
 
     def file_sql(self, alias: str = "f") -> tuple[str, list]:
         """A parameterised SQL fragment over indexing_memoryfile (aliased `alias`), '' when unfiltered."""
@@ -29,11 +32,17 @@ class SearchFilters:
         if self.modified_until is not None:
             clauses.append(f"COALESCE({alias}.client_mtime, {alias}.updated_at) <= %s")
             params.append(self.modified_until)
+        if self.attributes is not None:
+            clause, attribute_params = self.attributes.sql(f"{alias}.attributes")
+            clauses.append(clause)
+            params += attribute_params
         return " AND ".join(clauses), params
 
     @property
     def is_empty(self) -> bool:
-        return not (self.sources or self.path_prefix or self.modified_since or self.modified_until)
+        return not (
+            self.sources or self.path_prefix or self.modified_since or self.modified_until or self.attributes is not None
+        )
 
 
 @dataclass
@@ -45,6 +54,7 @@ class SearchResult:
     snippet: str
     source: str
     explain: dict | None = None  # vector/keyword rank and score when explain=True
+    attributes: dict = field(default_factory=dict)  # the file's attributes
 
 
 @dataclass

@@ -124,3 +124,15 @@ def test_import_refuses_a_file_that_is_not_an_export(tmp_path):
         call_command("import_agent", "dave", str(tmp_path / "missing.jsonl"))
     with pytest.raises(CommandError, match="No agent"):
         call_command("export_agent", "nobody")
+
+
+def test_attributes_travel_with_an_export(alice_memory, tmp_path, indexed):
+    MemoryFile.objects.filter(agent=alice_memory.agent, path="memory/people.md").update(attributes={"team": "core", "n": 2})
+    export = tmp_path / "alice.jsonl"
+    call_command("export_agent", "alice", "--output", str(export))
+    lines = [json.loads(line) for line in export.read_text().splitlines()]
+    assert {f["path"]: f["attributes"] for f in lines[1:]}["memory/people.md"] == {"team": "core", "n": 2}
+    with indexed():
+        call_command("import_agent", "dora", str(export))
+    dora = Agent.objects.get(slug="dora")
+    assert MemoryFile.objects.get(agent=dora, path="memory/people.md").attributes == {"team": "core", "n": 2}

@@ -38,6 +38,7 @@ def redis_or_skip():
 
 
 def test_database_url() -> str:
+    connection.ensure_connection()  # the embedded server's socket and port are known once connected
     db = connection.settings_dict
     host, port = db["HOST"], db["PORT"] or "5432"
     credentials = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")

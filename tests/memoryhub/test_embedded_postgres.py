@@ -42,3 +42,30 @@ def test_a_running_server_is_reused(data_dir):
     first = embedded_postgres.ensure_running(data_dir)
     second = embedded_postgres.ensure_running(data_dir)
     assert first == second
+
+
+def _django(data_dir, code: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", "MEMORYHUB_EMBEDDED_POSTGRES_DIR": str(data_dir)}
+    env.pop("DATABASE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + code],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_importing_the_settings_starts_no_server_and_the_first_connection_does(data_dir):
+    _django(data_dir, "from django.conf import settings; assert settings.DATABASES['default']['HOST'] == ''")
+    assert not embedded_postgres.is_running(data_dir)
+    assert not (data_dir / "PG_VERSION").exists()
+
+    out = _django(data_dir, "from django.db import connection\nwith connection.cursor() as c:\n    c.execute('SELECT current_database()')\n    print(c.fetchone()[0])")
+    assert out.strip() == "memoryhub"
+    assert embedded_postgres.is_running(data_dir)

@@ -211,3 +211,55 @@ def test_a_hybrid_search_answers_what_it_has_when_one_half_is_blocked(alice, ind
     assert response.results and response.results[0].path == "memory/notes.md"
     assert response.mode == "vector"
     assert "time limit" in response.message
+
+
+# --- a large file costs a search what a small one does ----------------------------------------------
+
+
+class Statements:
+    """The SQL statements a block of code sends."""
+
+    def __init__(self):
+        self.sql: list[tuple[str, object]] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        self.sql.append((sql, params))
+        return execute(sql, params, many, context)
+
+
+def test_hits_whose_lines_are_shown_cost_no_batch_of_queries(long_line_agent):
+    alice, _ = long_line_agent
+    statements = Statements()
+    with connection.execute_wrapper(statements):
+        response = memory_search(agent=alice.agent, query="zanzibar", mode="keyword", max_results=6)
+    assert [r.path for r in response.results].count("workspace/dump.json") == 1
+    # Every piece of the one line matches; once line 1 is shown, the others are dropped without reading
+    # them in batches (before: a batch of queries per max_results pieces, through the whole pool).
+    batches = [sql for sql, _ in statements.sql if "unnest(%s::text[])" in sql]
+    assert len(batches) <= 2, f"{len(batches)} snippet batches"
+    work = [sql for sql, _ in statements.sql if not sql.startswith(("SAVEPOINT", "RELEASE", "SELECT set_config", "SELECT current_setting"))]
+    assert len(work) <= 12, "\n".join(sql[:80] for sql in work)
+
+
+def test_a_file_larger_than_the_whole_file_limit_shows_its_chunks_text(long_line_agent, settings):
+    alice, line = long_line_agent
+    settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = 10_000  # the 150 KB dump is large, trip.md small
+    dump = alice.agent.files.get(path="workspace/dump.json")
+    statements = Statements()
+    with connection.execute_wrapper(statements):
+        response = memory_search(agent=alice.agent, query="zanzibar", mode="keyword", max_results=6)
+    by_path = {r.path: r for r in response.results}
+    assert "zanzibar" in by_path["workspace/dump.json"].snippet
+    assert (by_path["workspace/dump.json"].start_line, by_path["workspace/dump.json"].end_line) == (1, 1)
+    assert by_path["workspace/dump.json"].snippet.strip("…") in line
+    assert "zanzibar" in by_path["memory/trip.md"].snippet  # a small file is still read whole
+    content_reads = [params for sql, params in statements.sql if '"indexing_memoryfile"."content"' in sql]
+    assert content_reads, "the small file's content is read"
+    assert all(dump.pk not in _flat(params) for params in content_reads), "the large file was read whole"
+
+
+def _flat(params) -> list:
+    out = []
+    for value in params if isinstance(params, (list, tuple)) else (params or {}).values():
+        out += _flat(value) if isinstance(value, (list, tuple)) else [value]
+    return out

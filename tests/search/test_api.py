@@ -20,7 +20,7 @@ def test_a_search_answers_cited_snippets(alice, indexed_notes, search):
     assert set(body) == {"results", "mode", "pending", "took_ms", "message"}
     assert body["mode"] == "hybrid" and body["pending"] == 0 and body["message"] == ""
     top = body["results"][0]
-    assert set(top) == {"path", "start_line", "end_line", "score", "snippet", "source"}
+    assert set(top) == {"path", "start_line", "end_line", "score", "snippet", "source", "attributes"}
     assert top["path"] == "memory/notes.md" and top["source"] == "memory"
     assert "every Tuesday at 10:00" in top["snippet"]
     assert 0 < top["score"] <= 1

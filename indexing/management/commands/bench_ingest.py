@@ -54,6 +54,7 @@ def daily_note(run: str, index: int, sections: int) -> str:
 
 def database_url() -> str:
     """The configured database as a DATABASE_URL, for a worker subprocess."""
+    connection.ensure_connection()  # the embedded server's socket and port are known once connected
     db = connection.settings_dict
     host, port = db["HOST"], db["PORT"] or "5432"
     credentials = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")

@@ -19,6 +19,7 @@ the end unless ``--keep``.
 
 import gc
 import hashlib
+import json
 import math
 import statistics
 import time
@@ -188,6 +189,7 @@ class Command(BaseCommand):
 
         # Filtered vector searches of the big agent: a selective filter (searched exactly) and a broad one
         # (HNSW with the filter; without iterative scans, with a proportionally larger ef_search).
+        from indexing.attributes import AttributeFilter
         from search.types import SearchFilters
 
         agent_id = agent_ids[0]
@@ -200,6 +202,13 @@ class Command(BaseCommand):
         for label, filters in (
             ("path_prefix memory/000/", SearchFilters(path_prefix="memory/000/")),
             ("sources workspace", SearchFilters(sources=("workspace",))),
+            ("attribute rank eq 0", SearchFilters(attributes=AttributeFilter.parse({"type": "eq", "key": "rank", "value": 0}))),
+            (
+                "attributes team in [t0, t1] and rank lt 8",
+                SearchFilters(attributes=AttributeFilter.parse({"type": "and", "filters": [
+                    {"type": "in", "key": "team", "value": ["t0", "t1"]}, {"type": "lt", "key": "rank", "value": 8},
+                ]})),
+            ),
         ):
             kept = _count_matching(
                 agent_id=agent_id, dims=opts["dims"], identity_key=self.identity_key, filters=filters, cap=sizes[0]
@@ -325,7 +334,7 @@ class Command(BaseCommand):
                 first_file = file_id + 1
                 with cursor.copy(
                     "COPY indexing_memoryfile (id, agent_id, path, source, content, content_hash, size, state, "
-                    "indexed_hash, last_error, created_at, updated_at, indexed_at) FROM STDIN"
+                    "indexed_hash, last_error, created_at, updated_at, indexed_at, attributes) FROM STDIN"
                 ) as copy:
                     for number in range(files):
                         file_id += 1
@@ -334,7 +343,9 @@ class Command(BaseCommand):
                         copy.write_row(
                             (file_id, agent_id, f"memory/{number // 100:03d}/note-{number:05d}.md",
                              "workspace" if number % 4 == 3 else "memory", content,
-                             digest, len(content.encode()), "indexed", digest, "", now, now, now)
+                             digest, len(content.encode()), "indexed", digest, "", now, now, now,
+                             # Attributes for the filtered rows: team t0/t1/t2 (a third each), rank 0-9.
+                             json.dumps({"team": f"t{number % 3}", "rank": number % 10}))
                         )
                 with cursor.copy(
                     "COPY indexing_chunk (agent_id, file_id, ordinal, start_line, end_line, text, text_hash, token_count, "

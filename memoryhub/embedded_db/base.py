@@ -1,0 +1,22 @@
+"""The database backend used when DATABASE_URL is not set: Django's PostgreSQL backend, with the
+embedded server (memoryhub/embedded_postgres.py) started on the first connection, not at import.
+
+Importing the settings must not start a server (``manage.py help``, ``check``, a test collecting
+modules, a linter importing the project would each start one). So the settings name the database and
+the data folder only; the first connection a process opens starts the server when it is not running
+and fills in the socket folder, port and user, which later connections of the process reuse.
+"""
+
+from pathlib import Path
+
+from django.db.backends.postgresql import base
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def get_connection_params(self):
+        if not self.settings_dict.get("HOST"):
+            from memoryhub import embedded_postgres
+
+            params = embedded_postgres.ensure_running(Path(self.settings_dict["EMBEDDED_DATA_DIR"]))
+            self.settings_dict.update(HOST=params["host"], PORT=str(params["port"]), USER=params["user"])
+        return super().get_connection_params()

@@ -1,0 +1,91 @@
+"""One token may have at most MEMORYHUB_TOKEN_MAX_CONCURRENT requests in progress in a web process:
+beyond it 429 rate_limited with Retry-After, at the top of the stack, while other tokens are served.
+A rate bounds requests over time; this bounds the threads one tenant holds at any moment (a burst of
+slow requests from one agent left the others waiting for a thread)."""
+
+import json
+import threading
+
+import pytest
+from django.http import JsonResponse
+from django.test import RequestFactory
+
+from agents import throttles
+from agents.throttles import RateLimitedTokensMiddleware
+
+
+@pytest.fixture(autouse=True)
+def own_counters(monkeypatch):
+    monkeypatch.setattr(throttles, "_penalties", {})
+    monkeypatch.setattr(throttles, "_in_progress", {})
+
+
+class Held:
+    """A view that holds its thread until released: a slow request."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def __call__(self, request):
+        self.entered.release()
+        self.release.wait(10)
+        return JsonResponse({"ok": True})
+
+
+def request(token: str, path: str = "/api/v1/search"):
+    return RequestFactory().post(path, {}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def test_a_token_past_its_requests_in_progress_gets_429_and_others_are_served(settings):
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 3
+    held = Held()
+    middleware = RateLimitedTokensMiddleware(held)
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(middleware(request("mh_loud")))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        assert held.entered.acquire(timeout=5)
+
+    refused = middleware(request("mh_loud"))  # the fourth at once
+    assert refused.status_code == 429
+    assert refused["Retry-After"] == "1"
+    body = json.loads(refused.content)["error"]
+    assert body["code"] == "rate_limited" and "at most 3 at once" in body["message"]
+
+    quiet = threading.Thread(target=lambda: answers.append(middleware(request("mh_quiet"))))
+    quiet.start()
+    assert held.entered.acquire(timeout=5)  # another token is served while the loud one is capped
+
+    held.release.set()
+    for thread in threads + [quiet]:
+        thread.join(5)
+    assert [a.status_code for a in answers] == [200] * 4
+    assert throttles._in_progress == {}  # every slot given back
+    assert middleware(request("mh_loud")).status_code == 200  # and the token is served again
+
+
+def test_a_failing_request_gives_its_slot_back(settings):
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 1
+
+    def boom(request):
+        raise RuntimeError("view failed")
+
+    with pytest.raises(RuntimeError):
+        RateLimitedTokensMiddleware(boom)(request("mh_a"))
+    assert throttles._in_progress == {}
+    assert RateLimitedTokensMiddleware(lambda r: JsonResponse({}))(request("mh_a")).status_code == 200
+
+
+def test_zero_turns_the_cap_off_and_non_api_paths_are_never_counted(settings):
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 0
+    held = Held()
+    held.release.set()
+    assert RateLimitedTokensMiddleware(held)(request("mh_a")).status_code == 200
+    assert throttles._in_progress == {}
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 1
+    seen = []
+    inner = RateLimitedTokensMiddleware(lambda r: seen.append(dict(throttles._in_progress)) or JsonResponse({}))
+    inner(request("mh_a", path="/admin/"))
+    assert seen == [{}]
