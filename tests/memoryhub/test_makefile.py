@@ -1,6 +1,7 @@
 """The Makefile's install steps, read from `make -n` (a dry run: nothing is installed): `make run`
 installs only what the service needs and says so, `make test` installs everything the suite needs."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,8 +16,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def dry_run(target: str, tmp_path: Path) -> list[str]:
     """The commands `make <target>` would run on a machine without a virtualenv yet."""
+    # Not the environment of a `make test` that runs this suite: a nested make would print its level.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}}
     result = subprocess.run(
-        ["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=BASE_DIR, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", target, f"VENV={tmp_path / 'venv'}"],
+        cwd=BASE_DIR, capture_output=True, text=True, check=True, env=env,
     )
     return result.stdout.splitlines()
 
