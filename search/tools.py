@@ -11,12 +11,19 @@ endpoint call, so a model sees the same text whichever way it reaches MemoryHub.
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from django.conf import settings
 from rest_framework import serializers
 
 from agents.models import Agent
 from indexing.models import MemoryFile
 from indexing.paths import path_normalize, prefix_normalize
-from indexing.selectors import MEMORY_GET_MAX_FROM, MEMORY_GET_MAX_LINES, agent_index_status, file_read_lines
+from indexing.selectors import (
+    MEMORY_GET_DEFAULT_LINES,
+    MEMORY_GET_MAX_FROM,
+    MEMORY_GET_MAX_LINES,
+    agent_index_status,
+    file_read_lines,
+)
 from indexing.services import file_delete, file_ingest, hash_normalize
 from memoryhub.errors import ApiError
 from memoryhub.fields import (
@@ -30,7 +37,6 @@ from memoryhub.fields import (
 from search.services import memory_search
 from search.types import SearchFilters
 
-MAX_SEARCH_RESULTS = 50
 TOOL_FORMATS = ("openai", "anthropic", "mcp", "responses")
 
 MEMORY_SEARCH_DESCRIPTION = (
@@ -97,7 +103,7 @@ TOOL_SCHEMAS: dict[str, dict] = {
             "maxResults": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": MAX_SEARCH_RESULTS,
+                "maximum": settings.MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT,
                 "description": "Most snippets to return (default 6).",
             },
             "minScore": {
@@ -237,13 +243,20 @@ def _invalid_arguments(message: str) -> ApiError:
 
 class MemorySearchArguments(serializers.Serializer):
     query = StrictCharField(trim_whitespace=False, allow_blank=True)
-    maxResults = StrictIntegerField(min_value=1, max_value=MAX_SEARCH_RESULTS, required=False, allow_null=True)
+    maxResults = StrictIntegerField(min_value=1, required=False, allow_null=True)
     minScore = StrictFloatField(min_value=0, max_value=1, required=False, allow_null=True)
     sources = serializers.ListField(child=serializers.ChoiceField(choices=MemoryFile.Source.values), required=False, allow_null=True)
     path_prefix = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
     modified_since = ClientDatetimeField(required=False, allow_null=True)
     modified_until = ClientDatetimeField(required=False, allow_null=True)
     filters = AttributeFilterField(required=False, allow_null=True)
+
+    def validate_maxResults(self, value):
+        # The same limit as POST search, read when the call is made (settings may change between runs).
+        limit = settings.MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT
+        if value is not None and value > limit:
+            raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
+        return value
 
 
 class MemoryGetArguments(serializers.Serializer):
@@ -381,7 +394,7 @@ def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
 def memory_get_run(*, agent: Agent, arguments: Any) -> ToolOutput:
     args = _validated("memory_get", MemoryGetArguments, arguments)
     path = path_normalize(args["path"])
-    start, count = args.get("start", 1), args.get("lines", 50)
+    start, count = args.get("start", 1), args.get("lines", MEMORY_GET_DEFAULT_LINES)
     result = file_read_lines(agent=agent, path=path, start=start, lines=count)
     data = {key: result[key] for key in ("path", "from", "lines", "total_lines", "content", "source")}
     total = result["total_lines"]
