@@ -18,7 +18,7 @@ from agents.models import Agent
 from indexing.attributes import InvalidAttributes, attributes_clean
 from indexing.models import MemoryFile
 from indexing.services import SyncEntry, workspace_sync
-from memoryhub.errors import ApiError
+from memoryhub.domain import InvalidInput
 
 EXPORT_FORMAT = "memoryhub-export"
 EXPORT_VERSION = 1
@@ -55,8 +55,8 @@ class ImportOutcome:
     jobs: list[int] = field(default_factory=list)
 
 
-def _invalid(line_number: int, message: str) -> ApiError:
-    return ApiError(status_code=400, code="invalid_export", message=f"line {line_number}: {message}")
+def _invalid(line_number: int, message: str) -> InvalidInput:
+    return InvalidInput(f"line {line_number}: {message}", code="invalid_export")
 
 
 def _entries(lines: Iterable[str]) -> Iterator[SyncEntry]:

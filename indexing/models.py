@@ -12,11 +12,8 @@ from django.db.models import Q
 from pgvector.django import VectorField
 
 from agents.models import Agent
+from indexing.keyword_document import KEYWORD_CONFIG
 from memoryhub.fields import DATE_MAX, DATE_MIN
-
-# The text-search configuration of the keyword index. Changing it needs a migration that
-# regenerates Chunk.search_vector; queries must use the same configuration.
-KEYWORD_CONFIG = "english"
 
 
 class IndexJob(models.Model):
@@ -147,7 +144,7 @@ class Chunk(models.Model):
     text_hash = models.CharField(max_length=64)
     token_count = models.PositiveIntegerField()
     # What the keyword index sees: the text plus anything the parser cannot segment on its own
-    # (CJK bigrams, see search/text.py). Written by the indexer next to `text`.
+    # (CJK bigrams, see indexing/keyword_document.py). Written by the indexer next to `text`.
     search_text = models.TextField(default="")
     search_vector = models.GeneratedField(
         expression=SearchVector("search_text", config=KEYWORD_CONFIG),

@@ -15,7 +15,7 @@ import re
 import unicodedata
 
 from indexing.models import MemoryFile
-from memoryhub.errors import ApiError
+from memoryhub.domain import Inconsistent, InvalidInput, UnsupportedContent
 
 MAX_PATH_LENGTH = 1024  # characters; MemoryFile.path's column size
 MAX_SEGMENT_BYTES = 255  # a file name on common file systems
@@ -44,8 +44,8 @@ _INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cs"})
 _DRIVE = re.compile(r"^[A-Za-z]:$")
 
 
-def _invalid(message: str) -> ApiError:
-    return ApiError(status_code=400, code="invalid_path", message=message)
+def _invalid(message: str) -> InvalidInput:
+    return InvalidInput(message, code="invalid_path")
 
 
 def _invisible(text: str) -> str | None:
@@ -57,7 +57,7 @@ def _invisible(text: str) -> str | None:
 
 
 def path_normalize(raw: str) -> str:
-    """The stored form of a client-supplied path, or ApiError 400 invalid_path."""
+    """The stored form of a client-supplied path, or InvalidInput (invalid_path)."""
     if not isinstance(raw, str) or raw == "":
         raise _invalid("A path is required." if raw in ("", None) else "The path must be a string.")
     if _CONTROL.search(raw):
@@ -123,7 +123,7 @@ def _extension(path: str) -> str:
 
 
 def source_infer(path: str) -> str:
-    """The source kind a normalised path implies, or ApiError 415 unsupported_file_type."""
+    """The source kind a normalised path implies, or UnsupportedContent (unsupported_file_type)."""
     extension = _extension(path)
     if extension == SESSION_EXTENSION:
         return Source.SESSION
@@ -131,13 +131,10 @@ def source_infer(path: str) -> str:
         return Source.MEMORY
     if extension in WORKSPACE_EXTENSIONS:
         return Source.WORKSPACE
-    raise ApiError(
-        status_code=415,
+    raise UnsupportedContent(
+        f"{path!r} is not a file type MemoryHub indexes. Accepted: MEMORY.md, memory/**/*.md, "
+        f"*.jsonl transcripts and text files ending in .{', .'.join(sorted(WORKSPACE_EXTENSIONS))}.",
         code="unsupported_file_type",
-        message=(
-            f"{path!r} is not a file type MemoryHub indexes. Accepted: MEMORY.md, memory/**/*.md, "
-            f"*.jsonl transcripts and text files ending in .{', .'.join(sorted(WORKSPACE_EXTENSIONS))}."
-        ),
     )
 
 
@@ -151,13 +148,10 @@ def source_resolve(*, path: str, source: str | None) -> str:
     if not source:
         return inferred
     if source not in Source.values:
-        raise ApiError(
-            status_code=400, code="invalid_source", message=f"source must be one of: {', '.join(Source.values)}."
-        )
+        raise InvalidInput(f"source must be one of: {', '.join(Source.values)}.", code="invalid_source")
     if (source == Source.SESSION) != (inferred == Source.SESSION):
-        raise ApiError(
-            status_code=422,
+        raise Inconsistent(
+            f"source {source!r} does not fit {path!r}: 'session' is for *.jsonl transcripts, and only for them.",
             code="inconsistent_source",
-            message=f"source {source!r} does not fit {path!r}: 'session' is for *.jsonl transcripts, and only for them.",
         )
     return source

@@ -9,7 +9,7 @@ from django.utils import timezone
 from agents.models import Agent, AgentToken
 from indexing.embedding_identity import configured_identity
 from indexing.models import Chunk, EmbeddingCache, IndexJob, MemoryFile
-from memoryhub.errors import ApiError
+from memoryhub.domain import NotFound
 
 
 def agent_index_status(*, agent: Agent) -> dict:
@@ -51,7 +51,7 @@ def file_get(*, agent: Agent, path: str) -> MemoryFile:
     """One of this agent's files, or 404 (another agent's file is simply not there)."""
     memory_file = MemoryFile.objects.filter(agent=agent, path=path).first()
     if memory_file is None:
-        raise ApiError(status_code=404, code="not_found", message=f"No file {path!r}.")
+        raise NotFound(f"No file {path!r}.", code="not_found")
     return memory_file
 
 
@@ -83,7 +83,7 @@ def file_read_lines(*, agent: Agent, path: str, start: int = 1, lines: int = MEM
 def job_get(*, agent: Agent, job_id: int) -> IndexJob:
     job = IndexJob.objects.filter(agent=agent, pk=job_id).first()
     if job is None:
-        raise ApiError(status_code=404, code="not_found", message=f"No job {job_id}.")
+        raise NotFound(f"No job {job_id}.", code="not_found")
     return job
 
 

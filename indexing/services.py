@@ -46,8 +46,9 @@ from indexing.paths import path_normalize, prefix_normalize, source_resolve
 from indexing.recovery import claimed_files_lease, job_enqueue_on_commit
 from indexing.transcripts import chunk_transcript
 from memoryhub import metrics
-from memoryhub.errors import ApiError, is_lock_conflict
-from search.text import keyword_document
+from memoryhub.domain import DomainError
+from memoryhub.errors import CLIENT_ERRORS, ApiError, is_lock_conflict
+from indexing.keyword_document import keyword_document
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +325,10 @@ class _Prepared:
     attributes: dict | None
 
 
-def _entry_error(index: int, exc: ApiError) -> ApiError:
+def _entry_error(index: int, exc):
+    """The same error, its message prefixed with the sync entry it is about."""
+    if isinstance(exc, DomainError):
+        return type(exc)(f"files[{index}]: {exc}", code=exc.code, **exc.details)
     return ApiError(status_code=exc.status_code, code=exc.get_codes(), message=f"files[{index}]: {exc.detail}")
 
 
@@ -350,7 +354,7 @@ def _sync_prepare(entries: list[SyncEntry]) -> list[_Prepared]:
                 digest, size = hash_normalize(entry.hash), 0
             else:
                 raise ApiError(status_code=400, code="invalid_request", message="each file needs 'content' or 'hash'.")
-        except ApiError as exc:
+        except CLIENT_ERRORS as exc:
             raise _entry_error(index, exc) from None
         prepared.append(_Prepared(path, source, bool(entry.source), entry.content, digest, size, entry.mtime, entry.attributes))
     return prepared

@@ -13,15 +13,50 @@ from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from memoryhub import domain
+
 logger = logging.getLogger("memoryhub.api")
 
 
 class ApiError(exceptions.APIException):
-    """An API error with an explicit status, a stable machine-readable code and a human message."""
+    """An error of the API layer itself (rate limits, unknown tools, bad formats) with an explicit
+    status, a stable machine-readable code and a human message. The domain raises DomainError
+    (memoryhub/domain.py) instead, which HTTP_STATUS maps to a status."""
 
     def __init__(self, *, status_code: int, code: str, message: str):
         self.status_code = status_code
         super().__init__(detail=message, code=code)
+
+
+# The status each kind of domain error is answered with.
+HTTP_STATUS: dict[type[domain.DomainError], int] = {
+    domain.InvalidInput: 400,
+    domain.Forbidden: 403,
+    domain.NotFound: 404,
+    domain.PreconditionFailed: 412,
+    domain.TooLarge: 413,
+    domain.UnsupportedContent: 415,
+    domain.Inconsistent: 422,
+    domain.Busy: 503,
+}
+# Errors a client caused, whichever layer found them: what tools, MCP and commands catch to report.
+CLIENT_ERRORS = (ApiError, domain.DomainError)
+
+
+def http_status(exc: domain.DomainError) -> int:
+    for kind in type(exc).__mro__:
+        if kind in HTTP_STATUS:
+            return HTTP_STATUS[kind]
+    return 400
+
+
+def error_message(exc: BaseException) -> str:
+    """The client's message of an ApiError or a DomainError."""
+    return str(exc.detail) if isinstance(exc, ApiError) else str(exc)
+
+
+def error_code(exc: BaseException) -> str:
+    return exc.get_codes() if isinstance(exc, ApiError) else exc.code
 
 
 _LOCK_CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
@@ -82,6 +117,13 @@ def _code_from_exception(exc: exceptions.APIException) -> str:
 
 
 def api_exception_handler(exc, context):
+    if isinstance(exc, domain.DomainError):
+        body = error_body(exc.code, exc.message)
+        body["error"].update(exc.details)  # e.g. a 412's current_hash
+        response = Response(body, status=http_status(exc))
+        if isinstance(exc, domain.Busy):
+            response["Retry-After"] = "1"
+        return response
     if isinstance(exc, exceptions.APIException):
         body = error_body(_code_from_exception(exc), _message_from_detail(exc.detail))
         body["error"].update(getattr(exc, "details", None) or {})  # e.g. a 412's current_hash

@@ -9,7 +9,7 @@ from django.shortcuts import render
 
 from agents.models import Agent
 from indexing.models import MemoryFile
-from memoryhub.errors import ApiError
+from memoryhub.errors import CLIENT_ERRORS, error_message
 from search.types import SearchFilters
 
 
@@ -41,8 +41,8 @@ def search_playground(request, *, agent: Agent, admin_site, model_admin):
                 filters=SearchFilters(sources=tuple(data["sources"]), path_prefix=data["path_prefix"]),
                 explain=True,
             )
-        except ApiError as exc:
-            error = str(exc.detail)
+        except CLIENT_ERRORS as exc:
+            error = error_message(exc)
         else:
             # Link every result to its file's admin page (one query for the page).
             paths = {result.path for result in response.results}

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
-from indexing.models import KEYWORD_CONFIG
-from search.text import keyword_document
+from indexing.keyword_document import KEYWORD_CONFIG, keyword_document
 from search.types import SearchFilters
 
 # A pasted paragraph is a legitimate query, but hundreds of OR-ed lexemes cost more than they add.

@@ -30,7 +30,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from indexing.tables import CHUNK
 from search.ddl import advisory_lock, concurrently_clause
+from search.models import KeywordAgentStats, KeywordTermStats
+
+TERM_STATS = KeywordTermStats._meta.db_table
+AGENT_STATS = KeywordAgentStats._meta.db_table
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +54,8 @@ def keyword_indexes() -> dict[str, bool]:
         cursor.execute(
             "SELECT c.relname, i.indisvalid AND i.indisready FROM pg_class c "
             "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid "
-            "WHERE t.relname = 'indexing_chunk' AND c.relname LIKE 'chunk\\_gin\\_a%%'"
+            "WHERE t.relname = %s AND c.relname LIKE 'chunk\\_gin\\_a%%'",
+            [CHUNK],
         )
         return {name: bool(valid) for name, valid in cursor.fetchall() if GIN_INDEX_NAME_PATTERN.match(name)}
 
@@ -70,16 +76,16 @@ def keyword_stats_refresh(*, agent_id: int) -> None:
     """Recount every lexeme's df, the chunk count and average length of one agent (one transaction)."""
     agent_id = int(agent_id)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("DELETE FROM search_keywordtermstats WHERE agent_id = %s", [agent_id])
+        cursor.execute(f"DELETE FROM {TERM_STATS} WHERE agent_id = %s", [agent_id])
         # ts_stat takes the query as text; agent_id is an int, so inlining it is safe.
         cursor.execute(
-            "INSERT INTO search_keywordtermstats (agent_id, lexeme, df) "
+            f"INSERT INTO {TERM_STATS} (agent_id, lexeme, df) "
             "SELECT %s, word, ndoc FROM ts_stat(%s)",
-            [agent_id, f"SELECT search_vector FROM indexing_chunk WHERE agent_id = {agent_id}"],
+            [agent_id, f"SELECT search_vector FROM {CHUNK} WHERE agent_id = {agent_id}"],
         )
         cursor.execute(
-            "INSERT INTO search_keywordagentstats (agent_id, chunks, avg_tokens, refreshed_at) "
-            "SELECT %s, count(*), GREATEST(coalesce(avg(token_count), 1), 1), %s FROM indexing_chunk WHERE agent_id = %s "
+            f"INSERT INTO {AGENT_STATS} (agent_id, chunks, avg_tokens, refreshed_at) "
+            f"SELECT %s, count(*), GREATEST(coalesce(avg(token_count), 1), 1), %s FROM {CHUNK} WHERE agent_id = %s "
             "ON CONFLICT (agent_id) DO UPDATE SET chunks = EXCLUDED.chunks, avg_tokens = EXCLUDED.avg_tokens, "
             "refreshed_at = EXCLUDED.refreshed_at",
             [agent_id, timezone.now(), agent_id],
@@ -100,15 +106,15 @@ def keyword_stats_sync(*, min_chunks: int | None = None) -> KeywordStatsOutcome:
             outcome.skipped = "another run is refreshing keyword stats"
             return outcome
         cursor.execute(
-            "SELECT agent_id, count(*) FROM indexing_chunk GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
+            f"SELECT agent_id, count(*) FROM {CHUNK} GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
         )
         sizes = dict(cursor.fetchall())
-        cursor.execute("SELECT agent_id, chunks FROM search_keywordagentstats")
+        cursor.execute(f"SELECT agent_id, chunks FROM {AGENT_STATS}")
         existing = dict(cursor.fetchall())
         for agent_id in sorted(set(existing) - set(sizes)):
             with transaction.atomic():
-                cursor.execute("DELETE FROM search_keywordtermstats WHERE agent_id = %s", [agent_id])
-                cursor.execute("DELETE FROM search_keywordagentstats WHERE agent_id = %s", [agent_id])
+                cursor.execute(f"DELETE FROM {TERM_STATS} WHERE agent_id = %s", [agent_id])
+                cursor.execute(f"DELETE FROM {AGENT_STATS} WHERE agent_id = %s", [agent_id])
             outcome.dropped.append(agent_id)
         for agent_id, count in sorted(sizes.items()):
             known = existing.get(agent_id)
@@ -135,7 +141,7 @@ def keyword_stats_sync(*, min_chunks: int | None = None) -> KeywordStatsOutcome:
             started = time.monotonic()
             # Serves search/keyword.py: search_vector @@ query AND agent_id = X, for this agent only.
             cursor.execute(
-                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
+                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {CHUNK} '
                 f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
             )
             outcome.index_seconds[name] = time.monotonic() - started

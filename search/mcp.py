@@ -25,7 +25,7 @@ from rest_framework import exceptions
 from agents.authentication import AgentTokenAuthentication
 from agents.models import AgentToken
 from agents.throttles import RateLimited, rate_limit_check
-from memoryhub.errors import ApiError, is_database_unavailable
+from memoryhub.errors import CLIENT_ERRORS, error_message, is_database_unavailable
 from memoryhub.parsers import JsonTooDeep, json_loads_bounded
 from search.tools import TOOL_RUNNERS, tool_definitions, tool_run
 
@@ -226,9 +226,9 @@ class McpView(View):
             raise McpError(INVALID_PARAMS, f"Unknown tool: {name}")
         try:
             output = tool_run(agent=agent, name=name, arguments=params.get("arguments"), can_write=agent.token_can_write)
-        except ApiError as exc:
+        except CLIENT_ERRORS as exc:
             # A tool's own failure goes back to the model as a result, so it can correct its call.
-            return {"content": [{"type": "text", "text": str(exc.detail)}], "isError": True}
+            return {"content": [{"type": "text", "text": error_message(exc)}], "isError": True}
         return {"content": [{"type": "text", "text": output.content}], "structuredContent": output.data, "isError": False}
 
     METHODS = {

@@ -31,7 +31,7 @@ from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
 from indexing.models import Chunk, MemoryFile
 from memoryhub import metrics
-from memoryhub.errors import ApiError
+from memoryhub.domain import InvalidInput
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -49,8 +49,8 @@ _DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\
 _TIMED_OUT = "The search did not finish in time (the database is slow or busy). Try again."
 
 
-def _bad_request(message: str) -> ApiError:
-    return ApiError(status_code=400, code="invalid_request", message=message)
+def _bad_request(message: str) -> InvalidInput:
+    return InvalidInput(message, code="invalid_request")
 
 
 # --- Query embeddings, cached -------------------------------------------------------------------
@@ -182,7 +182,7 @@ def memory_search(
     filters: SearchFilters | None = None,
     explain: bool = False,
 ) -> SearchResponse:
-    """Search one agent's memory. Raises ApiError (400) for bad input, SearchUnavailable (503) when
+    """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (503) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
         response = _memory_search(

@@ -25,7 +25,7 @@ from indexing.selectors import (
     file_read_lines,
 )
 from indexing.services import file_delete, file_ingest, hash_normalize
-from memoryhub.errors import ApiError
+from memoryhub.errors import CLIENT_ERRORS, ApiError, error_message
 from memoryhub.fields import (
     AttributeFilterField,
     AttributesField,
@@ -277,8 +277,8 @@ class ExpectedHashField(serializers.Field):
             return ""
         try:
             return hash_normalize(value)
-        except ApiError as exc:
-            raise serializers.ValidationError(str(exc.detail)) from None
+        except CLIENT_ERRORS as exc:
+            raise serializers.ValidationError(error_message(exc)) from None
 
 
 class MemoryWriteArguments(serializers.Serializer):

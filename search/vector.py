@@ -26,6 +26,7 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db import connection, transaction
 
+from indexing.tables import CHUNK, FILE
 from search.types import SearchFilters
 from search.vector_index import agent_vector_index
 
@@ -132,7 +133,7 @@ def _file_share(*, agent_id: int, filters: SearchFilters) -> tuple[int, int]:
     file_sql, params = filters.file_sql("f")
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FILTER (WHERE {file_sql}), count(*) FROM indexing_memoryfile f WHERE f.agent_id = {int(agent_id)}",
+            f"SELECT count(*) FILTER (WHERE {file_sql}), count(*) FROM {FILE} f WHERE f.agent_id = {int(agent_id)}",
             params,
         )
         matching, total = cursor.fetchone()
@@ -164,11 +165,11 @@ def _where(
     file_sql, file_params = filters.file_sql("f")
     if file_sql and by_file:
         where += (
-            f" AND c.file_id = ANY(ARRAY(SELECT f.id FROM indexing_memoryfile f WHERE f.agent_id = {int(agent_id)} AND {file_sql}))"
+            f" AND c.file_id = ANY(ARRAY(SELECT f.id FROM {FILE} f WHERE f.agent_id = {int(agent_id)} AND {file_sql}))"
         )
         params += file_params
     elif file_sql:
-        join = "JOIN indexing_memoryfile f ON f.id = c.file_id"
+        join = f"JOIN {FILE} f ON f.id = c.file_id"
         where += f" AND f.agent_id = {int(agent_id)} AND {file_sql}"
         params += file_params
     return join, where, params
@@ -179,7 +180,7 @@ def _count_matching(*, agent_id: int, dims: int, identity_key: str, filters: Sea
     join, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters, by_file=True)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c {join} WHERE {where} LIMIT %s) AS matching",
+            f"SELECT count(*) FROM (SELECT 1 FROM {CHUNK} c {join} WHERE {where} LIMIT %s) AS matching",
             [*params, int(cap)],
         )
         return cursor.fetchone()[0]
@@ -191,7 +192,7 @@ def _exact_search(*, agent_id: int, dims: int, identity_key: str, filters: Searc
     # then a top-N sort of the distances. No HNSW index can be used across the fence.
     sql = (
         "WITH agent_chunks AS MATERIALIZED "
-        f"(SELECT c.id, c.embedding, c.file_id, c.start_line, c.end_line FROM indexing_chunk c {join} WHERE {where}) "
+        f"(SELECT c.id, c.embedding, c.file_id, c.start_line, c.end_line FROM {CHUNK} c {join} WHERE {where}) "
         f"SELECT id, embedding::vector({dims}) <=> %s::vector({dims}) AS distance, file_id, start_line, end_line "
         "FROM agent_chunks ORDER BY distance, id LIMIT %s"
     )
@@ -209,7 +210,7 @@ def _hnsw_search(
     # identity and file filters applied to the rows it yields (nested loop on the file's primary key).
     inner = (
         f"SELECT c.id, {distance} AS distance, c.file_id, c.start_line, c.end_line "
-        f"FROM indexing_chunk c {join} WHERE {where} ORDER BY {distance} LIMIT %s"
+        f"FROM {CHUNK} c {join} WHERE {where} ORDER BY {distance} LIMIT %s"
     )
     inner_params = [query, *params, query, int(limit)]
     iterative = _iterative_scans()

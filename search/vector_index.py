@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from indexing.embedding_identity import configured_identity
+from indexing.tables import CHUNK
 from search.ddl import advisory_lock, concurrently_clause
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ def vector_indexes_list() -> list[AgentVectorIndex]:
         cursor.execute(
             "SELECT c.relname, i.indisvalid AND i.indisready, c.reltuples FROM pg_class c "
             "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid "
-            "WHERE t.relname = 'indexing_chunk' AND c.relname LIKE 'chunk\\_hnsw\\_a%%' ORDER BY c.relname"
+            "WHERE t.relname = %s AND c.relname LIKE 'chunk\\_hnsw\\_a%%' ORDER BY c.relname",
+            [CHUNK],
         )
         rows = cursor.fetchall()
     indexes = []
@@ -116,7 +118,7 @@ def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
         if dims and dims <= HNSW_MAX_DIMENSIONS:
             # One pass over chunk_agent_identity_idx; runs every few minutes, not per search.
             cursor.execute(
-                "SELECT agent_id, count(*) FROM indexing_chunk WHERE embedding_identity = %s "
+                f"SELECT agent_id, count(*) FROM {CHUNK} WHERE embedding_identity = %s "
                 "AND embedding IS NOT NULL GROUP BY agent_id HAVING count(*) >= %s",
                 [identity.key, max(1, min_chunks // 2)],
             )
@@ -138,7 +140,7 @@ def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
             started = time.monotonic()
             # Serves search/vector.py's HNSW plan: ORDER BY embedding::vector(D) <=> q for this agent.
             cursor.execute(
-                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON indexing_chunk '
+                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {CHUNK} '
                 f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
                 f"WITH (m = {int(settings.MEMORYHUB_VECTOR_HNSW_M)}, "
                 f"ef_construction = {int(settings.MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION)}) "

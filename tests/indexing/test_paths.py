@@ -1,7 +1,7 @@
 import pytest
 
 from indexing.paths import path_normalize, prefix_normalize, source_infer, source_resolve
-from memoryhub.errors import ApiError
+from memoryhub.domain import Inconsistent, InvalidInput, UnsupportedContent
 
 
 @pytest.mark.parametrize(
@@ -38,10 +38,9 @@ def test_it_normalises_equivalent_spellings(raw, normal):
     ],
 )
 def test_it_refuses_paths_that_are_not_plain_relative_paths(raw):
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(InvalidInput) as info:
         path_normalize(raw)
-    assert info.value.status_code == 400
-    assert info.value.get_codes() == "invalid_path"
+    assert info.value.code == "invalid_path"
 
 
 @pytest.mark.parametrize(
@@ -65,10 +64,9 @@ def test_it_infers_the_source_from_the_path(path, source):
 
 @pytest.mark.parametrize("path", ["photo.png", "archive.tar.gz", "Makefile", "bin/tool.exe", ".bashrc"])
 def test_other_file_types_are_unsupported(path):
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(UnsupportedContent) as info:
         source_infer(path)
-    assert info.value.status_code == 415
-    assert info.value.get_codes() == "unsupported_file_type"
+    assert info.value.code == "unsupported_file_type"
 
 
 def test_an_explicit_source_is_accepted_when_consistent():
@@ -79,14 +77,14 @@ def test_an_explicit_source_is_accepted_when_consistent():
 
 @pytest.mark.parametrize("path, source", [("notes.md", "session"), ("chat.jsonl", "memory"), ("chat.jsonl", "workspace")])
 def test_session_goes_with_jsonl_and_only_with_it(path, source):
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Inconsistent) as info:
         source_resolve(path=path, source=source)
-    assert info.value.status_code == 422
+    assert info.value.code == "inconsistent_source"
 
 
 def test_prefixes_are_plain_string_prefixes():
     assert prefix_normalize("./memory/") == "memory/"
     assert prefix_normalize(None) == ""
     for bad in ["/abs", "../up", "a\x00"]:
-        with pytest.raises(ApiError):
+        with pytest.raises(InvalidInput):
             prefix_normalize(bad)

@@ -6,7 +6,7 @@ from indexing.embeddings import FakeProvider, ProviderTransientError
 from indexing.models import MemoryFile
 from indexing.services import file_ingest
 from search.services import memory_search
-from memoryhub.errors import ApiError
+from memoryhub.domain import InvalidInput
 
 
 @pytest.fixture
@@ -152,9 +152,9 @@ def test_bad_input_is_a_400_with_a_reason(alice, search):
 def test_the_service_refuses_bad_input_for_every_caller(alice):
     for kwargs in [{"query": ""}, {"query": "x", "max_results": 0}, {"query": "x", "mode": "semantic"},
                    {"query": "x", "min_score": float("nan")}]:
-        with pytest.raises(ApiError) as error:
+        with pytest.raises(InvalidInput) as error:
             memory_search(agent=alice.agent, **kwargs)
-        assert error.value.status_code == 400
+        assert error.value.code == "invalid_request"
 
 
 def test_rrf_fusion_is_a_setting(alice, indexed_notes, search, settings):

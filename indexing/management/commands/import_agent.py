@@ -8,7 +8,7 @@ from django.utils.text import slugify
 from agents.models import Agent
 from agents.services import agent_create
 from indexing.export import agent_import
-from memoryhub.errors import ApiError
+from memoryhub.errors import CLIENT_ERRORS, error_message
 
 
 class Command(BaseCommand):
@@ -43,8 +43,8 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {file}: {exc}") from None
         except UnicodeDecodeError as exc:
             raise CommandError(f"{file} is not UTF-8 text: {exc}") from None
-        except ApiError as exc:
-            raise CommandError(f"{file}: {exc.detail}") from None
+        except CLIENT_ERRORS as exc:
+            raise CommandError(f"{file}: {error_message(exc)}") from None
         verb = "Created agent" if created else "Agent"
         self.stdout.write(
             f"{verb} {slug!r}: {outcome.files} file(s) read, {outcome.changed} stored, {outcome.unchanged} unchanged; "
