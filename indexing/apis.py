@@ -47,6 +47,7 @@ class AgentStatusApi(APIView):
         files = serializers.IntegerField()
         chunks = serializers.IntegerField()
         pending = serializers.IntegerField()
+        awaiting_vectors = serializers.IntegerField()
         failed = serializers.IntegerField()
         failed_jobs = serializers.IntegerField()
         embedding = EmbeddingSerializer()

@@ -35,6 +35,18 @@ class EmbedOutcome:
     rejected: dict[int, str] = field(default_factory=dict)  # input index → the provider's reason
 
 
+def cached_vectors(*, identity, digests: list[str]) -> dict[str, Vector]:
+    """The cached vectors of these text hashes under ``identity`` (no provider call; misses are absent)."""
+    found: dict[str, Vector] = {}
+    cache = EmbeddingCache.objects.filter(provider=identity.provider, model=identity.model, dimensions=identity.dimensions)
+    for start in range(0, len(digests), _LOOKUP_BATCH):
+        for digest, embedding in cache.filter(text_hash__in=digests[start : start + _LOOKUP_BATCH]).values_list(
+            "text_hash", "embedding"
+        ):
+            found[digest] = list(embedding)
+    return found
+
+
 def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: int | None = None) -> EmbedOutcome:
     """Vectors for ``texts`` from the cache, embedding only distinct texts not cached yet.
 
@@ -48,16 +60,7 @@ def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: in
     hashes = [text_hash(text) for text in texts]
     distinct = list(dict.fromkeys(hashes))
 
-    found: dict[str, Vector] = {}
-    cache = EmbeddingCache.objects.filter(
-        provider=identity.provider, model=identity.model, dimensions=identity.dimensions
-    )
-    for start in range(0, len(distinct), _LOOKUP_BATCH):
-        for digest, embedding in cache.filter(text_hash__in=distinct[start : start + _LOOKUP_BATCH]).values_list(
-            "text_hash", "embedding"
-        ):
-            found[digest] = list(embedding)
-
+    found = cached_vectors(identity=identity, digests=distinct)
     first_text = {}
     for digest, text in zip(hashes, texts):
         first_text.setdefault(digest, text)

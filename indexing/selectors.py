@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -17,6 +17,10 @@ def agent_index_status(*, agent: Agent) -> dict:
     files = MemoryFile.objects.filter(agent=agent).aggregate(
         files=Count("id"),
         pending=Count("id", filter=Q(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING])),
+        # Of those, the files keyword search finds already (chunks of this content written, vectors not yet).
+        awaiting_vectors=Count(
+            "id", filter=Q(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING], indexed_hash=F("content_hash"))
+        ),
         failed=Count("id", filter=Q(state=MemoryFile.State.FAILED)),
         last_indexed_at=Max("indexed_at"),
     )
@@ -25,6 +29,7 @@ def agent_index_status(*, agent: Agent) -> dict:
         "files": files["files"],
         "chunks": Chunk.objects.filter(agent=agent).count(),
         "pending": files["pending"],
+        "awaiting_vectors": files["awaiting_vectors"],
         "failed": files["failed"],
         "failed_jobs": IndexJob.objects.filter(agent=agent, state=IndexJob.State.FAILED).count(),
         "embedding": {

@@ -660,14 +660,26 @@ def _claim(*, file_ids: list[int], job_id: int | None) -> list[int]:
 def files_index(
     *, file_ids: list[int], provider=_DEFAULT, job_id: int | None = None, defer_embedding: str = ""
 ) -> list[FileIndexOutcome]:
-    """Index a batch of files: claim → chunk → reuse vectors by text hash → embed the rest → replace
-    each file's chunk set. Files already indexed with vectors of the configured identity are skipped.
+    """Index a batch of files in two steps, so that a file is keyword-searchable as soon as it is
+    chunked, whatever the embedding provider does (hangs included):
 
-    Embedding failures never lose the chunks: they are written without the missing vectors (keyword
-    search finds them), the files are marked failed with the reason, and a ProviderTransientError is
-    re-raised afterwards so the caller can retry. ``defer_embedding`` (a reason) skips the provider
-    altogether with the same outcome — used once a job has met a transient error. While the batch
-    runs, its files' lease is renewed (a dead worker's files are recovered: indexing/recovery.py).
+    1. claim → chunk → the vectors known without the provider (this agent's chunks with the same text,
+       then the shared EmbeddingCache) → write each file's chunk set with them, and commit. Keyword
+       search finds the files from here on. A file that needs nothing from the provider is settled in
+       this same transaction (one write); the others stay ``indexing`` with ``indexed_hash`` set: their
+       chunks are in the index, their vectors are not yet ("keyword-only").
+    2. embed the missing texts (each distinct text once) → fill in the vectors by text hash → mark the
+       files indexed.
+
+    A worker that dies between the steps leaves the chunks in place and its files ``indexing``; their
+    lease runs out and recovery queues them again (indexing/recovery.py). The rerun finds each chunk
+    set unchanged, keeps the rows and only fills in the vectors (those embedded before the death come
+    from the cache). Files already indexed with vectors of the configured identity are skipped.
+
+    Embedding failures never lose the chunks: the files are marked failed with the reason (keyword
+    search still finds them), and a ProviderTransientError is re-raised afterwards so the caller can
+    retry. ``defer_embedding`` (a reason) skips the provider altogether with the same outcome — used
+    once a job has met a transient error. While the batch runs, its files' lease is renewed.
     """
     claimed = _claim(file_ids=file_ids, job_id=job_id)
     if not claimed:
@@ -677,9 +689,10 @@ def files_index(
 
 
 def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, defer_embedding: str) -> list[FileIndexOutcome]:
-    from indexing.embedding_cache import embed_texts
+    from indexing.embedding_cache import cached_vectors, embed_texts
     from indexing.embeddings import ProviderError, ProviderTransientError, get_provider
 
+    transient: Exception | None = None
     try:
         files = list(MemoryFile.objects.select_related("agent").filter(pk__in=claimed).order_by("id"))
         outcomes = {f.pk: FileIndexOutcome(file_id=f.pk) for f in files}
@@ -704,11 +717,10 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
             spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
             work.append((memory_file, [(span, text_hash(span.text)) for span in spans]))
 
+        # Step 1: the vectors known without the provider, then the chunks, committed.
         vectors: dict[str, object] = {}
-        embedded = cache_hits = 0
-        batch_error = ""
-        rejected: dict[str, str] = {}
-        transient: Exception | None = None
+        missing: dict[str, str] = {}  # text hash → text, for the provider
+        cache_hits = 0
         if provider is not None and work:
             wanted = {digest for _, spans in work for _, digest in spans}
             reusable = (
@@ -721,39 +733,49 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
                 .values_list("text_hash", "embedding")
             )
             vectors.update(reusable)
+            vectors.update(cached_vectors(identity=identity, digests=sorted(wanted - vectors.keys())))
             cache_hits = len(vectors)
             metrics.embedding_cache_hits(kind="document", hits=cache_hits)  # embed_texts counts its own
-            missing: dict[str, str] = {}
             for _, spans in work:
                 for span, digest in spans:
                     if digest not in vectors and digest not in missing:
                         missing[digest] = span.text
-            if missing and defer_embedding:
-                batch_error = defer_embedding
-            elif missing:
-                try:
-                    result = embed_texts(provider=provider, texts=list(missing.values()))
-                except ProviderError as exc:
-                    batch_error = f"embedding failed: {exc}"
-                    if isinstance(exc, ProviderTransientError):
-                        transient = exc
-                else:
-                    digests = list(missing.keys())
-                    vectors.update((d, v) for d, v in zip(digests, result.vectors) if v is not None)
-                    rejected = {digests[i]: reason for i, reason in result.rejected.items()}
-                    embedded, cache_hits = result.embedded, cache_hits + result.cache_hits
-
-        for memory_file, spans in work:
-            lacking = [digest for _, digest in spans if digest not in vectors] if provider is not None else []
-            if lacking:
-                reasons = [rejected[d] for d in lacking if d in rejected]
-                outcome = outcomes[memory_file.pk]
-                outcome.error = batch_error or f"the provider rejected {len(reasons)} chunk(s): {reasons[0] if reasons else ''}"
-
-        _files_finish(
-            files=files, outcomes=outcomes, work=work, vectors=vectors, identity=identity,
-            job_id=job_id, embedded=embedded, cache_hits=cache_hits,
+        if missing and defer_embedding:
+            for memory_file, spans in work:
+                if any(digest in missing for _, digest in spans):
+                    outcomes[memory_file.pk].error = defer_embedding
+            missing = {}
+        awaiting = _files_chunks_write(
+            files=files, outcomes=outcomes, work=work, vectors=vectors, identity=identity, job_id=job_id,
+            missing=missing.keys(), cache_hits=cache_hits,
         )
+
+        # Step 2: embed what the written files lack, fill it in, settle them.
+        if awaiting:
+            needed = {digest: missing[digest] for _, spans in awaiting for _, digest in spans if digest in missing}
+            embedded = hits = 0
+            batch_error = ""
+            rejected: dict[str, str] = {}
+            try:
+                result = embed_texts(provider=provider, texts=list(needed.values()))
+            except ProviderError as exc:
+                batch_error = f"embedding failed: {exc}"
+                if isinstance(exc, ProviderTransientError):
+                    transient = exc
+            else:
+                digests = list(needed)
+                vectors.update((d, v) for d, v in zip(digests, result.vectors) if v is not None)
+                rejected = {digests[i]: reason for i, reason in result.rejected.items()}
+                embedded, hits = result.embedded, result.cache_hits
+            for memory_file, spans in awaiting:
+                lacking = [digest for _, digest in spans if digest not in vectors]
+                if lacking:
+                    reasons = [rejected[d] for d in lacking if d in rejected]
+                    outcomes[memory_file.pk].error = batch_error or f"the provider rejected {len(reasons)} chunk(s): {reasons[0] if reasons else ''}"
+            _files_vectors_fill(
+                awaiting=awaiting, outcomes=outcomes, vectors={d: vectors[d] for d in needed if d in vectors},
+                identity=identity, job_id=job_id, embedded=embedded, cache_hits=hits,
+            )
     except Exception as exc:
         if not isinstance(exc, ProviderError):
             # A bug must not leave files "indexing" forever: mark them failed, then fail loudly.
@@ -787,34 +809,111 @@ def _chunks_copy(rows: list[tuple]) -> None:
                 copy.write_row(row)
 
 
-def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, embedded: int, cache_hits: int) -> None:
-    """Replace the chunk sets and record the results in one transaction, for the files that still
-    have the content that was chunked (row locks + hash re-check); the others are left to the newer
-    upload's job."""
+def _chunk_vectors_fill(*, file_ids: list[int], vectors: dict, identity) -> int:
+    """Give every chunk of these files whose text has a vector in ``vectors`` (text hash → vector) that
+    vector, unless it has one of this identity already. By text hash: a vector belongs to its text, so
+    this is right whichever version of a file the chunk belongs to. Returns the rows changed."""
+    if not file_ids or not vectors:
+        return 0
+    digests = list(vectors)
+    # Expected plan: the files' chunks through chunk_file_ordinal_idx, hash-joined with the unnested
+    # pairs. Only `embedding`, `embedding_identity` and `embedding_dimensions` change: Postgres does not
+    # recompute the generated search_vector, whose input (search_text) is untouched.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE indexing_chunk AS c SET embedding = v.embedding::vector, embedding_identity = %s, "
+            "embedding_dimensions = %s FROM unnest(%s::text[], %s::text[]) AS v(text_hash, embedding) "
+            "WHERE c.file_id = ANY(%s) AND c.text_hash = v.text_hash AND c.embedding_identity <> %s",
+            [
+                identity.key, identity.dimensions, digests, [Vector._to_db(vectors[d]) for d in digests],
+                sorted(file_ids), identity.key,
+            ],
+        )
+        return cursor.rowcount
+
+
+def _files_live(*, files: list[MemoryFile], outcomes: dict) -> tuple[list[MemoryFile], dict[int, dict]]:
+    """Inside a transaction: lock the files (ascending id, like every web path: the lock order) and
+    keep those that still have the content that was chunked; the others are marked superseded and left
+    to the newer upload's job. Returns (live files, their current rows by id)."""
+    files_lock([f.pk for f in files])
+    current = {
+        row["id"]: row
+        for row in MemoryFile.objects.filter(pk__in=[f.pk for f in files]).values("id", "content_hash", "source", "job_id")
+    }
+    live = []
+    for memory_file in files:
+        row = current.get(memory_file.pk)
+        if row is None or row["content_hash"] != memory_file.content_hash or row["source"] != memory_file.source:
+            outcomes[memory_file.pk].superseded = True
+        else:
+            live.append(memory_file)
+    return live, current
+
+
+def _files_settle(*, files: list[MemoryFile], outcomes: dict, now: datetime) -> None:
+    """Indexed, or failed with its outcome's error: one UPDATE per distinct result (normally one).
+    indexed_hash = content_hash is exact here: the rows are locked and their hash was just re-checked."""
+    by_result: dict[str, list[int]] = {}
+    for memory_file in files:
+        by_result.setdefault(outcomes[memory_file.pk].error[:2000], []).append(memory_file.pk)
+    for error, ids in by_result.items():
+        fields = {"state": State.FAILED if error else State.INDEXED, "last_error": error, "updated_at": now}
+        fields["failures"] = F("failures") + 1 if error else 0
+        if not error:
+            fields["indexed_at"] = now
+        MemoryFile.objects.filter(pk__in=ids).update(indexed_hash=F("content_hash"), **fields)
+
+
+def _jobs_count(*, per_job: dict[int, Counter], job_id: int | None, batch: Counter) -> None:
+    """Add counters to jobs: ``per_job`` to the files' own jobs, ``batch`` (the batch's embedding work)
+    to the job being run, or to the files' one job when the batch runs outside a job."""
+    batch = +batch
+    owner = job_id if job_id is not None else (next(iter(per_job)) if len(per_job) == 1 else None)
+    if batch and owner is not None:
+        per_job.setdefault(owner, Counter()).update(batch)
+    for owner, counts in per_job.items():
+        counts = +counts
+        if counts:
+            IndexJob.objects.filter(pk=owner).update(**{name: F(name) + value for name, value in counts.items()})
+
+
+def _files_chunks_write(
+    *, files, outcomes, work, vectors: dict, identity, job_id, missing, cache_hits: int
+) -> list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]]:
+    """Step 1, in one transaction: each live file's chunk set with the vectors known so far, and the
+    files that need nothing from the provider (``missing``: the text hashes to embed) settled. Returns
+    the (file, spans) written that still lack vectors — step 2's work; they stay ``indexing``.
+
+    A file whose chunks already are exactly these (same content, lines and texts: a rerun that lacks
+    only vectors, a re-embedding) keeps its rows, which get the known vectors in place."""
     now = timezone.now()
     with transaction.atomic():
-        files_lock([f.pk for f in files])  # ascending id, like every web path (lock order)
-        current = {
-            row["id"]: row
-            for row in MemoryFile.objects.filter(pk__in=[f.pk for f in files]).values("id", "content_hash", "source", "job_id")
-        }
-        live = []
-        for memory_file in files:
-            row = current.get(memory_file.pk)
-            if row is None or row["content_hash"] != memory_file.content_hash or row["source"] != memory_file.source:
-                outcomes[memory_file.pk].superseded = True
-            else:
-                live.append(memory_file)
+        live, current = _files_live(files=files, outcomes=outcomes)
         live_ids = {f.pk for f in live}
         live_work = [(f, spans) for f, spans in work if f.pk in live_ids]
         if live_work:
-            work_ids = [f.pk for f, _ in live_work]
-            old_hashes: dict[int, Counter] = {}
-            for file_id, digest in Chunk.objects.filter(file_id__in=work_ids).values_list("file_id", "text_hash"):
-                old_hashes.setdefault(file_id, Counter())[digest] += 1
-            Chunk.objects.filter(file_id__in=work_ids).delete()
-            rows = []
+            old_rows: dict[int, list[tuple]] = {}
+            for file_id, *row in (
+                Chunk.objects.filter(file_id__in=[f.pk for f, _ in live_work])
+                .order_by("file_id", "ordinal")
+                .values_list("file_id", "ordinal", "start_line", "end_line", "text_hash")
+            ):
+                old_rows.setdefault(file_id, []).append(tuple(row))
+            rows, rewritten, kept, kept_vectors = [], [], [], {}
             for memory_file, spans in live_work:
+                old = old_rows.get(memory_file.pk, [])
+                new = [(ordinal, span.start_line, span.end_line, digest) for ordinal, (span, digest) in enumerate(spans)]
+                new_counts, old_counts = Counter(row[3] for row in new), Counter(row[3] for row in old)
+                outcome = outcomes[memory_file.pk]
+                outcome.chunks = len(spans)
+                outcome.chunks_added = sum((new_counts - old_counts).values())
+                outcome.chunks_removed = sum((old_counts - new_counts).values())
+                if memory_file.indexed_hash == memory_file.content_hash and old == new:
+                    kept.append(memory_file.pk)
+                    kept_vectors.update((d, vectors[d]) for _, d in spans if d in vectors)
+                    continue
+                rewritten.append(memory_file.pk)
                 for ordinal, (span, digest) in enumerate(spans):
                     vector = vectors.get(digest)
                     rows.append(
@@ -827,25 +926,18 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
                             now,
                         )
                     )
-                new_counts, old_counts = Counter(d for _, d in spans), old_hashes.get(memory_file.pk, Counter())
-                outcome = outcomes[memory_file.pk]
-                outcome.chunks = len(spans)
-                outcome.chunks_added = sum((new_counts - old_counts).values())
-                outcome.chunks_removed = sum((old_counts - new_counts).values())
-            _chunks_copy(rows)
-        # One UPDATE per distinct result (normally one: all indexed). indexed_hash = content_hash is
-        # exact here: the rows are locked and their hash was just re-checked.
-        by_result: dict[str, list[int]] = {}
-        for memory_file in live:
-            by_result.setdefault(outcomes[memory_file.pk].error[:2000], []).append(memory_file.pk)
-        for error, ids in by_result.items():
-            fields = {"state": State.FAILED if error else State.INDEXED, "last_error": error, "updated_at": now}
-            fields["failures"] = F("failures") + 1 if error else 0
-            if not error:
-                fields["indexed_at"] = now
-            MemoryFile.objects.filter(pk__in=ids).update(indexed_hash=F("content_hash"), **fields)
+            if rewritten:
+                Chunk.objects.filter(file_id__in=rewritten).delete()
+                _chunks_copy(rows)
+            _chunk_vectors_fill(file_ids=kept, vectors=kept_vectors, identity=identity)
 
-        # Job counters: per job of the files (normally the one job being run).
+        awaiting = [(f, spans) for f, spans in live_work if any(digest in missing for _, digest in spans)]
+        awaiting_ids = {f.pk for f, _ in awaiting}
+        _files_settle(files=[f for f in live if f.pk not in awaiting_ids], outcomes=outcomes, now=now)
+        if awaiting_ids:
+            # Their chunks are this content's: keyword search and snippets read them as indexed.
+            MemoryFile.objects.filter(pk__in=awaiting_ids).update(indexed_hash=F("content_hash"), updated_at=now)
+
         per_job: dict[int, Counter] = {}
         for memory_file in live:
             owner = current[memory_file.pk]["job_id"]
@@ -858,13 +950,26 @@ def _files_finish(*, files, outcomes, work, vectors: dict, identity, job_id, emb
             counts["chunks_added"] += outcome.chunks_added
             counts["chunks_removed"] += outcome.chunks_removed
             counts["malformed_lines"] += outcome.malformed_lines
-        batch_owner = job_id if job_id is not None else (next(iter(per_job)) if len(per_job) == 1 else None)
-        if batch_owner is not None and (embedded or cache_hits):
-            counts = per_job.setdefault(batch_owner, Counter())
-            counts["chunks_embedded"] += embedded
-            counts["cache_hits"] += cache_hits
-        for owner, counts in per_job.items():
-            IndexJob.objects.filter(pk=owner).update(**{name: F(name) + value for name, value in counts.items()})
+        _jobs_count(per_job=per_job, job_id=job_id, batch=Counter(cache_hits=cache_hits))
+    return awaiting
+
+
+def _files_vectors_fill(*, awaiting, outcomes, vectors: dict, identity, job_id, embedded: int, cache_hits: int) -> None:
+    """Step 2, in one transaction: the vectors embedded for the chunks step 1 wrote, and those files
+    settled (indexed, or failed with the reason when vectors are still missing). Vectors go in whatever
+    happened to a file meanwhile (by text hash); only files still holding the content that was chunked
+    are settled, the others belong to the newer upload's job."""
+    now = timezone.now()
+    files = [f for f, _ in awaiting]
+    with transaction.atomic():
+        live, current = _files_live(files=files, outcomes=outcomes)
+        _chunk_vectors_fill(file_ids=[f.pk for f in files], vectors=vectors, identity=identity)
+        _files_settle(files=live, outcomes=outcomes, now=now)
+        owners = {current[f.pk]["job_id"] for f in live if current[f.pk]["job_id"] is not None}
+        _jobs_count(
+            per_job={owner: Counter() for owner in owners}, job_id=job_id,
+            batch=Counter(chunks_embedded=embedded, cache_hits=cache_hits),
+        )
 
 
 def _index_batch(*, batch: list[int], provider, job_id: int, deferred: str) -> tuple[Exception | None, list[str]]:

@@ -163,13 +163,16 @@ def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
         return cursor.fetchone()[0]
 
 
-def _pending_files(*, agent: Agent) -> int:
+def _pending_files(*, agent: Agent) -> tuple[int, int]:
+    """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
+    their vectors are not — see indexing.services.files_index)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM indexing_memoryfile WHERE agent_id = %s AND state = ANY(%s)",
+            "SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM indexing_memoryfile "
+            "WHERE agent_id = %s AND state = ANY(%s)",
             [agent.pk, [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]],
         )
-        return cursor.fetchone()[0]
+        return cursor.fetchone()
 
 
 def memory_search(
@@ -224,7 +227,7 @@ def _memory_search(
     embedding: list[float] | None = None
     try:
         with deadline.queries():
-            pending = _pending_files(agent=agent)
+            pending, awaiting_vectors = _pending_files(agent=agent)
             has_vectors = used_mode != "keyword" and identity.has_vectors and _agent_has_vectors(agent=agent, identity=identity)
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
@@ -287,8 +290,10 @@ def _memory_search(
             notes.insert(0, f"Nothing matched with a score of at least {min_score:g} (best: {best_below:.3f}).")
         else:
             notes.insert(0, "Nothing matched.")
-    if pending:
-        notes.append(f"{pending} file(s) are still being indexed; recent changes may not be searchable yet.")
+    if pending > awaiting_vectors:
+        notes.append(f"{pending - awaiting_vectors} file(s) are still being indexed; recent changes may not be searchable yet.")
+    if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet
+        notes.append(f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed.")
     metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,

@@ -63,7 +63,7 @@ def test_a_web_delete_during_a_workers_chunk_replacement_does_not_deadlock(trans
     assert gone.state == MemoryFile.State.INDEXED and Chunk.objects.filter(file=gone).exists()
     MemoryFile.objects.filter(pk=gone.pk).update(indexed_hash="", state=MemoryFile.State.PENDING)  # re-chunk it
 
-    # The worker pauses inside _files_finish: file row locked, old chunks deleted, new ones not yet written.
+    # The worker pauses inside its chunk write (_files_chunks_write): file row locked, old chunks deleted, new ones not yet written.
     paused, resume = threading.Event(), threading.Event()
     original = services.keyword_document
 

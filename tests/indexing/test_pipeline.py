@@ -167,29 +167,62 @@ def test_a_job_claimed_by_another_worker_is_left_alone(alice, fake_embeddings):
 
 
 def test_racing_uploads_never_mix_two_versions(alice, fake_embeddings, indexed, monkeypatch):
-    """Upload B commits while the worker is embedding A: A's chunks are discarded, B's are indexed."""
+    """Upload B commits while the worker is chunking A2: A2's chunks are discarded, B's are indexed."""
+    import indexing.services as services
+
     with indexed():
         memory_file, job_a = file_ingest(agent=alice.agent, path="memory/race.md", content="## A\n\nversion alpha text")
-    real_embed = embedding_cache.embed_texts
+    real_chunk = services.file_chunk_spans
     state = {"raced": False}
 
-    def embed_then_race(**kwargs):
+    def chunk_then_race(**kwargs):
         if not state["raced"]:
             state["raced"] = True
+            file_ingest(agent=alice.agent, path="memory/race.md", content="## B\n\nversion bravo text")
+        return real_chunk(**kwargs)
+
+    file_ingest(agent=alice.agent, path="memory/race.md", content="## A2\n\nversion alpha two")
+    monkeypatch.setattr(services, "file_chunk_spans", chunk_then_race)
+    fake_embeddings.reset_counts()
+    outcome = file_index(file_id=memory_file.id)
+    assert outcome.superseded
+    texts = " ".join(Chunk.objects.filter(file=memory_file).values_list("text", flat=True))
+    assert "alpha two" not in texts  # the superseded version was not written
+    assert fake_embeddings.calls == 0  # nor embedded
+    memory_file.refresh_from_db()
+    assert memory_file.state == "pending" and "bravo" in memory_file.content
+    file_index(file_id=memory_file.id)
+    texts = list(Chunk.objects.filter(file=memory_file).values_list("text", flat=True))
+    assert texts == ["## B\n\nversion bravo text"]
+    memory_file.refresh_from_db()
+    assert memory_file.state == "indexed" and memory_file.indexed_hash == memory_file.content_hash
+
+
+def test_an_upload_during_the_embedding_call_is_left_to_its_own_job(alice, fake_embeddings, indexed, monkeypatch):
+    """Upload B commits while the worker embeds A2, whose chunks are written already (keyword-first):
+    A2's chunks get their vectors but the file is not marked indexed; B's job replaces them whole."""
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/race.md", content="## A\n\nversion alpha text")
+    real_embed = embedding_cache.embed_texts
+    seen_while_embedding = []
+
+    def embed_then_race(**kwargs):
+        if not seen_while_embedding:
+            seen_while_embedding.append(list(Chunk.objects.filter(file=memory_file).values_list("text", "embedding_identity")))
             file_ingest(agent=alice.agent, path="memory/race.md", content="## B\n\nversion bravo text")
         return real_embed(**kwargs)
 
     file_ingest(agent=alice.agent, path="memory/race.md", content="## A2\n\nversion alpha two")
     monkeypatch.setattr(embedding_cache, "embed_texts", embed_then_race)
     outcome = file_index(file_id=memory_file.id)
+    assert seen_while_embedding == [[("## A2\n\nversion alpha two", "")]]  # searchable by keyword before its vector
     assert outcome.superseded
-    texts = " ".join(Chunk.objects.filter(file=memory_file).values_list("text", flat=True))
-    assert "alpha two" not in texts  # the superseded version was not written
     memory_file.refresh_from_db()
     assert memory_file.state == "pending" and "bravo" in memory_file.content
+    assert memory_file.indexed_hash != memory_file.content_hash  # A2's chunks are not B's
     file_index(file_id=memory_file.id)
-    texts = list(Chunk.objects.filter(file=memory_file).values_list("text", flat=True))
-    assert texts == ["## B\n\nversion bravo text"]
+    chunks = list(Chunk.objects.filter(file=memory_file).values_list("text", "embedding_identity"))
+    assert chunks == [("## B\n\nversion bravo text", "fake:fake-hash:64")]
     memory_file.refresh_from_db()
     assert memory_file.state == "indexed" and memory_file.indexed_hash == memory_file.content_hash
 

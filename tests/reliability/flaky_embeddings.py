@@ -3,7 +3,8 @@ that drive the real ``openai`` SDK (through indexing.embeddings.OpenAIProvider) 
 
 Each request takes the next behaviour from ``script`` or, when it is empty, ``behaviour``:
 ``ok`` (one deterministic unit vector per input, from the fake provider's bag of words, so texts that
-share words are close), ``hang`` (no answer until the server is stopped), an HTTP status (``429``,
+share words are close), ``hang`` (no answer until the server is stopped, or until ``release()``: then the
+request is answered ``ok``), an HTTP status (``429``,
 ``500``), or a malformed 200: ``truncated`` (JSON cut off), ``html`` (a proxy's error page),
 ``no_data``, ``one_vector_short`` (a vector fewer than inputs), ``nan`` and ``wrong_size`` (the first
 vector one value too long).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -30,6 +32,8 @@ class FlakyEmbeddings:
         self.script: list[str] = []
         self.requests = 0
         self.stopping = threading.Event()
+        self.released = threading.Event()
+        self.hanging = 0  # requests waiting in a hang right now
         self.lock = threading.Lock()
         self.vectors = FakeProvider(EmbeddingIdentity(provider="fake", model="flaky", dimensions=dimensions))
         server = self
@@ -45,8 +49,16 @@ class FlakyEmbeddings:
                     behaviour = server.script.pop(0) if server.script else server.behaviour
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 if behaviour == "hang":
-                    server.stopping.wait(600)
-                    return
+                    with server.lock:
+                        server.hanging += 1
+                    deadline = time.monotonic() + 600
+                    while not server.stopping.is_set() and not server.released.is_set() and time.monotonic() < deadline:
+                        server.released.wait(0.05)
+                    with server.lock:
+                        server.hanging -= 1
+                    if not server.released.is_set():
+                        return
+                    behaviour = "ok"
                 if behaviour.isdigit():
                     self._send(int(behaviour), json.dumps({"error": {"message": f"status {behaviour}", "type": "x"}}))
                     return
@@ -70,16 +82,26 @@ class FlakyEmbeddings:
 
             def _send(self, status: int, raw: str) -> None:
                 payload = raw.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client is gone (a killed worker's request, released later)
+                    pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def release(self) -> None:
+        """Answer the hanging requests (``ok``) and stop hanging."""
+        with self.lock:
+            self.behaviour = "ok"
+            self.script = [b for b in self.script if b != "hang"]
+        self.released.set()
 
     def __enter__(self) -> FlakyEmbeddings:
         self.thread.start()

@@ -92,6 +92,8 @@ export interface Status {
   chunks: number;
   /** 0 once every accepted change is searchable. */
   pending: number;
+  /** Of `pending`, the files keyword search finds already (chunks written, vectors not yet). */
+  awaiting_vectors: number;
   failed: number;
   failed_jobs: number;
   embedding: { provider: string; model: string | null; dimensions: number | null; vector_search: boolean };
