@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.services import file_reindex, index_job_retry
+from indexing.maintenance import file_reindex, index_job_retry
 
 # The content view shows at most this many lines; memory_get (GET files/<path>?from=&lines=) reads the rest.
 CONTENT_VIEW_MAX_LINES = 2000

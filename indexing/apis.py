@@ -26,7 +26,14 @@ from indexing.selectors import (
     file_read_lines,
     job_get,
 )
-from indexing.services import SyncEntry, content_from_bytes, file_delete, file_ingest, hash_normalize, workspace_sync
+from indexing.writes import (
+    SyncEntry,
+    content_from_bytes,
+    file_delete,
+    file_ingest,
+    hash_normalize,
+    workspace_sync,
+)
 from memoryhub.errors import ApiError
 from memoryhub.fields import AttributesField, ClientDatetimeField, StrictBooleanField, StrictCharField, StrictSerializer
 from memoryhub.parsers import BoundedJSONParser

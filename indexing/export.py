@@ -17,7 +17,7 @@ from django.utils.dateparse import parse_datetime
 from agents.models import Agent
 from indexing.attributes import InvalidAttributes, attributes_clean
 from indexing.models import MemoryFile
-from indexing.services import SyncEntry, workspace_sync
+from indexing.writes import SyncEntry, workspace_sync
 from memoryhub.domain import InvalidInput
 
 EXPORT_FORMAT = "memoryhub-export"

@@ -133,7 +133,8 @@ def claimed_files_lease(file_ids: list[int]):
 def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
     """Files left ``indexing`` by a dead worker go back to ``pending``; their jobs are queued again (or
     a new ``schedule`` job takes them when theirs is over). Returns the jobs dispatched."""
-    from indexing.services import files_requeue_under_new_job, files_lock
+    from indexing.maintenance import files_requeue_under_new_job
+    from indexing.locks import files_lock
 
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_LEASE_SECONDS)
@@ -183,7 +184,7 @@ def provider_recovery_probe() -> list[int]:
     """When files failed for the provider's sake, ask the provider once; if it answers, queue them now.
     Returns the jobs queued."""
     from indexing.embeddings import ProviderError, get_provider
-    from indexing.services import files_requeue_under_new_job
+    from indexing.maintenance import files_requeue_under_new_job
 
     waiting = list(_provider_failed_files().filter(job__state__in=[JobState.DONE, JobState.FAILED]).values_list("agent_id", "id")[:10_000])
     waiting += list(_provider_failed_files().filter(job__isnull=True).values_list("agent_id", "id")[:10_000])

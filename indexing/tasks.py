@@ -73,7 +73,7 @@ def index_batch_task(job_id: int, file_ids: list[int]) -> None:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def index_maintenance_task() -> dict:
     """Periodic (CELERY_BEAT_SCHEDULE): re-queue stuck or failed work, re-embed after identity changes."""
-    from indexing.services import index_maintenance
+    from indexing.maintenance import index_maintenance
 
     outcome = index_maintenance()
     return {

@@ -24,7 +24,7 @@ from indexing.selectors import (
     agent_index_status,
     file_read_lines,
 )
-from indexing.services import file_delete, file_ingest, hash_normalize
+from indexing.writes import file_delete, file_ingest, hash_normalize
 from memoryhub.errors import CLIENT_ERRORS, ApiError, error_message
 from memoryhub.fields import (
     AttributeFilterField,

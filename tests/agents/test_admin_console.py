@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from agents.models import AgentToken
 from indexing.models import IndexJob
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 from tests.indexing.conftest import eager_tasks, indexed  # noqa: F401 (fixtures; eager_tasks for every test here)
 
 pytestmark = pytest.mark.django_db

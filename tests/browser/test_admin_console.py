@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents.services import agent_create
 from indexing.models import IndexJob
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 
 
 NOTES = "# Trips\n\nWe flew to Lisbon in May and ate pastel de nata every morning.\n\n# Work\n\nThe launch moved to June."

@@ -13,7 +13,7 @@ from agents.services import agent_create, agent_token_create
 from indexing import paths as server_paths
 from indexing.embeddings import FakeProvider
 from indexing.models import IndexJob, MemoryFile
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 from memoryhub.client import workspace
 from tests.client.conftest import write
 

@@ -9,8 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from indexing.embeddings import ProviderPermanentError
+from indexing.maintenance import file_reindex, index_job_retry
 from indexing.models import IndexJob
-from indexing.services import SyncEntry, file_ingest, file_reindex, index_job_retry, workspace_sync
+from indexing.writes import SyncEntry, file_ingest, workspace_sync
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,8 @@ import pytest
 
 from indexing.chunking import count_tokens
 from indexing.models import Chunk
-from indexing.services import chunk_sizes, file_ingest
+from indexing.writes import file_ingest
+from indexing.services import chunk_sizes
 
 TRANSCRIPT = "\n".join(
     f"{'Ana' if i % 2 else 'Ben'}: turn {i} about the garden, the invoice number {i * 37} and the trip to Lisbon in May."

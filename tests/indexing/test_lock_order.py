@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from django.db import OperationalError, connection, connections
 
-from indexing import services
+from indexing import services, writes
 from indexing.models import Chunk, IndexJob, MemoryFile
 
 pytestmark = pytest.mark.usefixtures("fake_embeddings")
@@ -103,7 +103,7 @@ def _deadlock() -> OperationalError:
 
 
 def test_a_sync_that_meets_a_deadlock_is_retried_in_a_new_transaction(transactional_db, alice, monkeypatch):
-    original, calls = services._existing_files, []
+    original, calls = writes._existing_files, []
 
     def flaky(**kwargs):
         calls.append(1)
@@ -112,7 +112,7 @@ def test_a_sync_that_meets_a_deadlock_is_retried_in_a_new_transaction(transactio
             raise _deadlock()
         return original(**kwargs)
 
-    monkeypatch.setattr(services, "_existing_files", flaky)
+    monkeypatch.setattr(writes, "_existing_files", flaky)
     response = alice.client.post("/api/v1/sync", {"files": [{"path": "a.md", "content": "# A\n"}]}, format="json")
     assert response.status_code == 200, response.content
     assert len(calls) == 2
@@ -124,7 +124,7 @@ def test_a_sync_that_keeps_meeting_deadlocks_answers_503_and_writes_nothing(tran
         MemoryFile.objects.create(agent=alice.agent, path="half.md", content="x", content_hash="x", size=1)
         raise _deadlock()
 
-    monkeypatch.setattr(services, "_existing_files", always)
+    monkeypatch.setattr(writes, "_existing_files", always)
     response = alice.client.post("/api/v1/sync", {"files": [{"path": "a.md", "content": "# A\n"}]}, format="json")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "write_conflict"

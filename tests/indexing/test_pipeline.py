@@ -11,15 +11,9 @@ from django.utils import timezone
 from indexing import embedding_cache
 from indexing.embeddings import ProviderPermanentError, ProviderTransientError
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.services import (
-    SyncEntry,
-    agent_reembed,
-    file_index,
-    file_ingest,
-    file_reindex,
-    index_maintenance,
-    workspace_sync,
-)
+from indexing.writes import SyncEntry, file_ingest, workspace_sync
+from indexing.maintenance import agent_reembed, file_reindex, index_maintenance
+from indexing.services import file_index
 from indexing.tasks import index_job_task
 
 

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.postgres.search import SearchQuery
 
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 from tests.reliability.flaky_embeddings import MALFORMED, FlakyEmbeddings, use_flaky_provider
 
 pytestmark = pytest.mark.usefixtures("eager_tasks")

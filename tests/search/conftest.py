@@ -3,7 +3,7 @@ with the deterministic fake embedding provider, then search through the service 
 
 import pytest
 
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ import pytest
 
 from indexing.embeddings import FakeProvider, ProviderTransientError
 from indexing.models import MemoryFile
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 from search.services import memory_search
 from memoryhub.domain import InvalidInput
 

@@ -37,7 +37,7 @@ def test_snippets_come_from_the_searching_agents_file(cast, twins):
 
 
 def test_pending_counts_only_the_agents_own_files(cast, twins, search):
-    from indexing.services import file_ingest
+    from indexing.writes import file_ingest
 
     file_ingest(agent=cast["bob"].agent, path="memory/new.md", content="pending for bob")
     assert search(cast["alice"], "Nightjar")[1]["pending"] == 0

@@ -3,7 +3,7 @@ with the tool's own arguments that answer text a model can cite."""
 
 import pytest
 
-from indexing.services import file_ingest
+from indexing.writes import file_ingest
 
 NOTES = "\n".join(f"Line {number}: nothing special." for number in range(1, 121)) + "\n"
 FALCON = "# Project Falcon\n\nThe launch is planned for March.\nBudget: 40k.\n"

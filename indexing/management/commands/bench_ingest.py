@@ -139,7 +139,7 @@ class Command(BaseCommand):
                         self._bench(agent, run, files, sections, repeat, wait_for_job=wait_for_job)
                 else:
                     # The job is run right here; nothing is sent to the broker.
-                    with mock.patch("indexing.services._enqueue"):
+                    with mock.patch("indexing.writes._enqueue"):
                         self._bench(agent, run, files, sections, repeat)
             finally:
                 agent.delete()

@@ -32,7 +32,8 @@ from django.test import override_settings
 
 from agents.services import agent_create, agent_token_create
 from indexing.models import Chunk, EmbeddingCache, IndexJob
-from indexing.services import file_ingest, index_job_run
+from indexing.writes import file_ingest
+from indexing.services import index_job_run
 from indexing.management.commands.bench_ingest import database_url
 
 WORDS = ["harbour", "ledger", "quartz", "meadow", "copper", "violet", "summit", "lantern", "orchard", "pebble"]
@@ -133,7 +134,7 @@ class Command(BaseCommand):
                 agent = agent_create(slug=f"bench-long-line-{run}")
                 try:
                     _, token = agent_token_create(agent=agent, label="bench")
-                    with mock.patch("indexing.services._enqueue"):  # indexed right here, not by a worker
+                    with mock.patch("indexing.writes._enqueue"):  # indexed right here, not by a worker
                         file_ingest(agent=agent, path="workspace/dump.json", content=one_line_json(size, query))
                     for job in IndexJob.objects.filter(agent=agent, state="queued"):
                         index_job_run(job_id=job.pk)
