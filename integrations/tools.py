@@ -1,8 +1,9 @@
 """The agent tools: memory_search and memory_get read, memory_write, memory_append and memory_delete
 write (only for a token with the write scope). One definition, four wire formats, one runner.
 
-The definitions use the seeds' argument names (``query``, ``maxResults``, ``minScore``; ``path``,
-``from``, ``lines``) because that is what models trained on those agents emit; ``max_results`` and
+The definitions use the argument names of common agent frameworks' memory tools (``query``,
+``maxResults``, ``minScore``; ``path``, ``from``, ``lines``) because that is what models trained on those
+agents emit; ``max_results`` and
 ``min_score`` are accepted as well. ``tool_run`` is what both ``POST /api/v1/tools/<name>`` and the MCP
 endpoint call, so a model sees the same text whichever way it reaches MemoryHub.
 """

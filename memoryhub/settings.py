@@ -116,6 +116,13 @@ EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_
 if DATABASE_URL:
     _database = {"ENGINE": "django.db.backends.postgresql", **_database_from_url(DATABASE_URL)}
 else:
+    from memoryhub import embedded_postgres
+
+    if not embedded_postgres.is_installed():  # the Docker image leaves it out: it always has a DATABASE_URL
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not installed: set DATABASE_URL, or install "
+            "the `embedded` extra (pip install -e '.[embedded]'; make run and make test do)."
+        )
     # The embedded server starts on the first connection (memoryhub/embedded_db), never at import.
     _database = {"ENGINE": "memoryhub.embedded_db", "NAME": "memoryhub", "USER": "", "PASSWORD": "",
                  "HOST": "", "PORT": "", "OPTIONS": {}, "EMBEDDED_DATA_DIR": str(EMBEDDED_POSTGRES_DIR)}

@@ -6,7 +6,9 @@
 
 Each --data file is a LoCoMo file or a meetings file (recognised by shape); a LoCoMo file also gives
 the dialogue-shaped set derived from it (long dialogue as the query, short dated notes as memories;
---no-dialogue leaves it out). The default is both dev files from ../shared/data/ (locomo-dev.json, qmsum-dev.json; not shipped, see the README). One agent per
+--no-dialogue leaves it out). The default is both dev sets, locomo-dev.json and qmsum-dev.json, in
+../shared/data/ beside the checkout (not shipped: the README's "Benchmarks" and docs/search.md name
+where they come from). One agent per
 conversation or meeting workspace (created in the configured database, deleted afterwards unless
 --keep), its files uploaded through `POST /api/v1/sync`, `status.pending` awaited, then every question
 sent to `POST /api/v1/search` with the defaults. Figures are reported per set for its tune and confirm
