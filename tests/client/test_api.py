@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from memoryhub.client.api import ApiClient, ServerError
+from memoryhub_client.api import ApiClient, ServerError
 
 
 @pytest.fixture
