@@ -149,7 +149,8 @@ class ApiClient:
     def export(self) -> Iterator[ExportedFile]:
         """``GET export``: every file of the agent (``path, source, mtime, hash, attributes, content``),
         by path, read line by line from the stream (the header line is checked, not yielded)."""
-        with self._open("GET", "export", accept="application/x-ndjson") as response:
+        # JSON named too: the server's content negotiation answers 406 to application/x-ndjson alone.
+        with self._open("GET", "export", accept="application/x-ndjson, application/json") as response:
             header = _json_line(response.readline(), where="GET export")
             if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
                 raise ServerError(f"GET export answered something that is not a MemoryHub export (is {self.root} a MemoryHub server?)")
