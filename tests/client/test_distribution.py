@@ -92,6 +92,18 @@ def test_the_readme_example_runs_and_cites_its_note(live_server, alice):
     assert re.search(r"memory/2026-03-01\.md#L\d+-L\d+", outcome.stdout.split("Dana owns the migration.")[0])
 
 
+def test_both_clients_carry_one_version():
+    import json
+    import tomllib
+
+    import memoryhub_client
+
+    python_version = tomllib.loads((CLIENT_DIR / "pyproject.toml").read_text())["project"]["version"]
+    typescript_version = json.loads((BASE_DIR / "clients" / "typescript" / "package.json").read_text())["version"]
+
+    assert python_version == memoryhub_client.__version__ == typescript_version
+
+
 def test_the_readme_shows_the_example_as_it_is():
     readme = (CLIENT_DIR / "README.md").read_text(encoding="utf-8")
     shown = re.search(r"```python\n(.*?)```", readme, re.S).group(1)

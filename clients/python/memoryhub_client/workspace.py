@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memoryhub_client.errors import ConfigError
 from memoryhub_client.limits import DEFAULT_MAX_FILE_BYTES
 from memoryhub_client.progress import Progress
 
@@ -164,7 +165,10 @@ def _spec(lines):
     lines = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not lines:
         return None
-    import pathspec  # only push and watch read ignore rules: search and pull start without it
+    try:
+        import pathspec  # only push and watch read ignore rules: search and pull start without it
+    except ImportError:
+        raise ConfigError("the ignore rules need the pathspec package, a dependency of memoryhub-client: pip install pathspec") from None
 
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
