@@ -19,6 +19,7 @@ from indexing.locks import agent_lock, files_lock, files_update
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.recovery import job_enqueue_on_commit
 from indexing.services import index_job_fail
+from indexing.states import ACTIVE_JOBS, IN_FLIGHT, job_to_queued, to_pending
 
 State = MemoryFile.State
 JobState = IndexJob.State
@@ -33,11 +34,7 @@ def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bo
         agent_lock(agent)
         file_ids = files_lock(file_ids)  # an unordered multi-row UPDATE could deadlock with a worker
         job = IndexJob.objects.create(agent=agent, trigger=trigger, files_seen=len(file_ids))
-        update = {"state": State.PENDING, "job": job, "updated_at": timezone.now()}
-        if force:
-            update["indexed_hash"] = ""
-            update["failures"] = 0  # an operator's re-index tries again whatever the earlier failures
-        MemoryFile.objects.filter(agent=agent, id__in=file_ids).update(**update)
+        MemoryFile.objects.filter(agent=agent, id__in=file_ids).update(**to_pending(job=job, reindex=force))
         job_enqueue_on_commit(job)
     return job
 
@@ -70,9 +67,7 @@ def index_job_retry(*, job: IndexJob) -> bool:
     anew by the same job. Returns False when the job is not failed (a queued, running or done job has
     nothing to retry, and a second click is harmless)."""
     with transaction.atomic():
-        claimed = IndexJob.objects.filter(pk=job.pk, state=JobState.FAILED).update(
-            state=JobState.QUEUED, error="", started_at=None, finished_at=None
-        )
+        claimed = IndexJob.objects.filter(pk=job.pk, state=JobState.FAILED).update(**job_to_queued(restart=True))
         if claimed:
             job_enqueue_on_commit(job)
     return bool(claimed)
@@ -85,9 +80,7 @@ def files_requeue_under_new_job(*, agent_id: int, file_ids: list[int], now: date
         files_lock(file_ids)  # lock order, before the multi-row UPDATEs
         job = IndexJob.objects.create(agent_id=agent_id, trigger=Trigger.SCHEDULE, files_seen=len(file_ids))
         # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
-        MemoryFile.objects.filter(id__in=file_ids, state__in=[State.PENDING, State.INDEXING]).update(
-            state=State.PENDING, job=job, updated_at=now
-        )
+        MemoryFile.objects.filter(id__in=file_ids, state__in=IN_FLIGHT).update(**to_pending(job=job, now=now))
         MemoryFile.objects.filter(id__in=file_ids, state=State.FAILED).update(job=job, updated_at=now)
         job_enqueue_on_commit(job)
     return job
@@ -128,16 +121,16 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
         with transaction.atomic():
             files_update(
                 MemoryFile.objects.filter(job_id=job_id, state=State.INDEXING, updated_at__lt=stuck_cutoff),
-                state=State.PENDING, updated_at=now,
+                **to_pending(now=now),
             )
-            if IndexJob.objects.filter(pk=job_id, state=state).update(state=JobState.QUEUED):
+            if IndexJob.objects.filter(pk=job_id, state=state).update(**job_to_queued()):
                 outcome.stuck_jobs += 1
                 outcome.jobs.append(job_id)
                 job_enqueue_on_commit(IndexJob(id=job_id))
 
-    active_jobs = IndexJob.objects.filter(state__in=[JobState.QUEUED, JobState.RUNNING]).values("id")
+    active_jobs = IndexJob.objects.filter(state__in=ACTIVE_JOBS).values("id")
     orphans = (
-        MemoryFile.objects.filter(state__in=[State.PENDING, State.INDEXING], updated_at__lt=stuck_cutoff)
+        MemoryFile.objects.filter(state__in=IN_FLIGHT, updated_at__lt=stuck_cutoff)
         .filter(Q(job__isnull=True) | ~Q(job_id__in=active_jobs))
         .values_list("agent_id", "id")
     )

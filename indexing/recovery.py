@@ -31,6 +31,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from indexing.models import IndexJob, MemoryFile
+from indexing.states import ACTIVE_JOBS, job_to_queued, to_pending
 
 logger = logging.getLogger(__name__)
 
@@ -152,13 +153,13 @@ def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
         with transaction.atomic():
             files_lock(file_ids)
             reset = MemoryFile.objects.filter(pk__in=file_ids, state=State.INDEXING, updated_at__lt=cutoff).update(
-                state=State.PENDING, updated_at=now
+                **to_pending(now=now)
             )
             if not reset:
                 continue
-            requeued = job_id is not None and IndexJob.objects.filter(
-                pk=job_id, state__in=[JobState.RUNNING, JobState.QUEUED]
-            ).update(state=JobState.QUEUED, error="re-queued: the worker indexing it stopped answering")
+            requeued = job_id is not None and IndexJob.objects.filter(pk=job_id, state__in=ACTIVE_JOBS).update(
+                **job_to_queued(error="re-queued: the worker indexing it stopped answering")
+            )
             if requeued:
                 job_enqueue_on_commit(IndexJob(id=job_id))
                 jobs.append(job_id)

@@ -28,6 +28,17 @@ from indexing.keyword_document import keyword_document
 from indexing.locks import files_lock, files_update
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.recovery import claimed_files_lease
+from indexing.states import (
+    CLAIMABLE,
+    IN_FLIGHT,
+    error_text,
+    job_to_finished,
+    job_to_queued,
+    job_to_running,
+    to_failed,
+    to_indexing,
+    to_settled,
+)
 from indexing.transcripts import chunk_transcript
 from memoryhub import metrics
 
@@ -134,16 +145,14 @@ def _claim(*, file_ids: list[int], job_id: int | None) -> list[int]:
     them instead left the file pending, under a job that had already run, until the stuck-work sweep
     (seen in 2 of 25 rounds of 6 racing uploads). Without a job, rows held elsewhere are skipped."""
     with transaction.atomic():
-        rows = MemoryFile.objects.filter(pk__in=file_ids, state__in=[State.PENDING, State.FAILED])
+        rows = MemoryFile.objects.filter(pk__in=file_ids, state__in=CLAIMABLE)
         if job_id is not None:
             rows = rows.filter(job_id=job_id).order_by("id").select_for_update()
         else:
             rows = rows.select_for_update(skip_locked=True)
         claimed = list(rows.values_list("id", flat=True))
         if claimed:
-            MemoryFile.objects.filter(pk__in=claimed, state__in=[State.PENDING, State.FAILED]).update(
-                state=State.INDEXING, updated_at=timezone.now()
-            )
+            MemoryFile.objects.filter(pk__in=claimed, state__in=CLAIMABLE).update(**to_indexing())
     return claimed
 
 
@@ -272,8 +281,7 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
             with transaction.atomic():
                 files_lock(claimed)  # lock order, as everywhere
                 MemoryFile.objects.filter(pk__in=claimed, state=State.INDEXING).update(
-                    state=State.FAILED, last_error=f"internal error: {exc.__class__.__name__}: {exc}"[:2000],
-                    failures=F("failures") + 1, updated_at=timezone.now(),
+                    **to_failed(f"internal error: {exc.__class__.__name__}: {exc}")
                 )
         raise
     result_list = [outcomes[f.pk] for f in files]
@@ -346,13 +354,9 @@ def _files_settle(*, files: list[MemoryFile], outcomes: dict, now: datetime) -> 
     indexed_hash = content_hash is exact here: the rows are locked and their hash was just re-checked."""
     by_result: dict[str, list[int]] = {}
     for memory_file in files:
-        by_result.setdefault(outcomes[memory_file.pk].error[:2000], []).append(memory_file.pk)
+        by_result.setdefault(error_text(outcomes[memory_file.pk].error), []).append(memory_file.pk)
     for error, ids in by_result.items():
-        fields = {"state": State.FAILED if error else State.INDEXED, "last_error": error, "updated_at": now}
-        fields["failures"] = F("failures") + 1 if error else 0
-        if not error:
-            fields["indexed_at"] = now
-        MemoryFile.objects.filter(pk__in=ids).update(indexed_hash=F("content_hash"), **fields)
+        MemoryFile.objects.filter(pk__in=ids).update(**to_settled(error, now=now))
 
 
 def _jobs_count(*, per_job: dict[int, Counter], job_id: int | None, batch: Counter) -> None:
@@ -499,13 +503,11 @@ def index_job_run(*, job_id: int, dispatch_batch: Callable[[int, list[int]], Non
     from indexing.embeddings import get_provider
 
     now = timezone.now()
-    claimed = IndexJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(
-        state=JobState.RUNNING, started_at=now, attempts=F("attempts") + 1, error=""
-    )
+    claimed = IndexJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(**job_to_running(now=now))
     if not claimed:
         return None
     rows = list(
-        MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.FAILED]).order_by("id").values_list("id", "size")
+        MemoryFile.objects.filter(job_id=job_id, state__in=CLAIMABLE).order_by("id").values_list("id", "size")
     )
     batches = _batches(rows)
     if dispatch_batch is not None and len(batches) > 1:
@@ -523,7 +525,7 @@ def index_job_run(*, job_id: int, dispatch_batch: Callable[[int, list[int]], Non
         internal_errors += errors
     if transient is not None:
         IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(
-            state=JobState.QUEUED, error=f"transient embedding error, will retry: {transient}"[:2000]
+            **job_to_queued(error=f"transient embedding error, will retry: {transient}")
         )
         raise transient
     return index_job_settle(job_id=job_id, internal_errors=internal_errors)
@@ -545,7 +547,7 @@ def index_job_settle(*, job_id: int, internal_errors: list[str] | None = None) -
     """Finish a running job once none of its files is pending or indexing: done, or failed with the
     first failure. Safe to call from every batch (only the last one finds nothing left), and a later
     successful retry of a batch turns a failed job done."""
-    if MemoryFile.objects.filter(job_id=job_id, state__in=[State.PENDING, State.INDEXING]).exists():
+    if MemoryFile.objects.filter(job_id=job_id, state__in=IN_FLIGHT).exists():
         return None
     failed_files = MemoryFile.objects.filter(job_id=job_id, state=State.FAILED)
     first_failed = failed_files.values_list("path", "last_error").first()
@@ -554,20 +556,15 @@ def index_job_settle(*, job_id: int, internal_errors: list[str] | None = None) -
         error = f"{failed_files.count()} file(s) failed; first: {first_failed[0]}: {first_failed[1]}"
     elif internal_errors:
         error = f"{len(internal_errors)} internal error(s); first: {internal_errors[0]}"
-    IndexJob.objects.filter(pk=job_id, state__in=[JobState.RUNNING, JobState.FAILED]).update(
-        state=JobState.FAILED if error else JobState.DONE, error=error[:2000], finished_at=timezone.now()
-    )
+    IndexJob.objects.filter(pk=job_id, state__in=[JobState.RUNNING, JobState.FAILED]).update(**job_to_finished(error))
     return IndexJob.objects.filter(pk=job_id).first()
 
 
 def index_job_fail(*, job_id: int, reason: str) -> None:
     """Mark a job failed for good (retries exhausted, or an unexpected error in the task)."""
-    IndexJob.objects.filter(pk=job_id).exclude(state=JobState.DONE).update(
-        state=JobState.FAILED, error=reason[:2000], finished_at=timezone.now()
-    )
+    IndexJob.objects.filter(pk=job_id).exclude(state=JobState.DONE).update(**job_to_finished(reason))
     # Files the job left claimed go back to "failed" (keyword-searchable if they have chunks) so the
     # periodic task retries them; they are not silently stuck in "indexing".
     files_update(
-        MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]),
-        state=State.FAILED, last_error=reason[:2000], failures=F("failures") + 1, updated_at=timezone.now()
+        MemoryFile.objects.filter(job_id=job_id, state__in=[State.INDEXING]), **to_failed(reason)
     )

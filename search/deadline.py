@@ -18,20 +18,18 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connection, transaction
 
-from memoryhub.errors import ApiError
+from memoryhub.domain import Busy
 
 
 class SearchTimedOut(Exception):
     """The search's deadline passed, or one of its queries ran past its statement timeout."""
 
 
-class SearchUnavailable(ApiError):
-    """503 with Retry-After: the search found nothing before its deadline (the database is slow or busy)."""
-
-    wait = 1
+class SearchUnavailable(Busy):
+    """The search found nothing before its deadline (the database is slow or busy): 503 with Retry-After."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(status_code=503, code="search_timeout", message=message)
+        super().__init__(message, code="search_timeout")
 
 
 class SearchDeadline:

@@ -185,7 +185,7 @@ def memory_search(
     filters: SearchFilters | None = None,
     explain: bool = False,
 ) -> SearchResponse:
-    """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (503) when
+    """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (Busy) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
         response = _memory_search(
