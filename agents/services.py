@@ -54,6 +54,14 @@ def agent_token_revoke(*, token: AgentToken) -> AgentToken:
     return token
 
 
+def agent_tokens_revoke(*, agent: Agent, label: str) -> list[AgentToken]:
+    """Revoke the agent's live tokens with this label; returns them."""
+    tokens = list(AgentToken.objects.filter(agent=agent, label=label, revoked_at__isnull=True))
+    for token in tokens:
+        agent_token_revoke(token=token)
+    return tokens
+
+
 @transaction.atomic
 def agent_token_rotate(*, token: AgentToken) -> tuple[AgentToken, str]:
     """Revoke a token and issue a replacement with the same label, scopes and expiry."""

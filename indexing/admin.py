@@ -2,7 +2,7 @@
 indexing services ("Re-index selected files", "Retry selected jobs")."""
 
 from django.contrib import admin, messages
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import BooleanField, Count, ExpressionWrapper, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -12,6 +12,10 @@ from indexing.maintenance import file_reindex, index_job_retry
 
 # The content view shows at most this many lines; memory_get (GET files/<path>?from=&lines=) reads the rest.
 CONTENT_VIEW_MAX_LINES = 2000
+# The file page lists at most this many chunks, the job page this many files; both say how many more.
+CHUNK_VIEW_MAX = 200
+JOB_FILES_VIEW_MAX = 50
+CHUNK_PREVIEW_CHARS = 160
 
 
 def state_badge(state: str) -> str:
@@ -41,7 +45,7 @@ class MemoryFileAdmin(ReadOnlyAdmin):
     actions = ["reindex_selected"]
     fields = [
         "agent", "path", "source", "status", "last_error", "failures", "size", "content_hash", "indexed_hash", "client_mtime",
-        "created_at", "updated_at", "indexed_at", "job", "chunk_summary", "content_view",
+        "created_at", "updated_at", "indexed_at", "job", "chunk_summary", "chunk_table", "content_view",
     ]
     readonly_fields = fields
 
@@ -81,6 +85,41 @@ class MemoryFileAdmin(ReadOnlyAdmin):
             .distinct()
         )
         return f"{counts['total']} chunks, {counts['vectors']} with a vector" + (f" ({', '.join(identities)})" if identities else "")
+
+    @admin.display(description="Chunks and vectors")
+    def chunk_table(self, memory_file):
+        """Each chunk: its lines (as search results cite them), tokens, vector (identity and dimensions, or
+        none: keyword search only) and the start of its text."""
+        total = Chunk.objects.filter(file=memory_file).count()
+        if not total:
+            return "—"
+        chunks = (
+            Chunk.objects.filter(file=memory_file)
+            .order_by("ordinal")
+            .defer("search_text", "embedding")
+            .annotate(has_vector=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField()))[:CHUNK_VIEW_MAX]
+        )
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}–{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    chunk.ordinal, chunk.start_line, chunk.end_line, chunk.token_count,
+                    f"{chunk.embedding_identity} ({chunk.embedding_dimensions} dimensions)" if chunk.has_vector
+                    else "none (keyword search only)",
+                    _preview(chunk.text),
+                )
+                for chunk in chunks
+            ),
+        )
+        more = ""
+        if total > CHUNK_VIEW_MAX:
+            more = format_html('<p class="help">… and {} more chunks (first {} of {} shown).</p>', total - CHUNK_VIEW_MAX, CHUNK_VIEW_MAX, total)
+        return format_html(
+            '<table class="mh-table" id="chunk-table"><thead><tr><th>#</th><th>Lines</th><th>Tokens</th><th>Vector</th>'
+            "<th>Text</th></tr></thead><tbody>{}</tbody></table>{}",
+            rows, more,
+        )
 
     @admin.display(description="Content")
     def content_view(self, memory_file):
@@ -160,12 +199,29 @@ class IndexJobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Files of this job")
     def job_files(self, job):
-        files = list(MemoryFile.objects.filter(job=job).defer("content").order_by("path")[:50])
-        if not files:
+        """The files whose latest job this is. A file remembers only its latest job: a later upload or
+        re-index takes it over, and the page says so instead of showing an unexplained empty list."""
+        attached = MemoryFile.objects.filter(job=job)
+        total = attached.count()
+        if not total:
+            if job.files_seen or job.files_changed:
+                return format_html(
+                    '<p class="help" id="job-files-moved">None any more: this job\'s files have been taken over by later '
+                    "jobs since (a file keeps only its latest job). The counts above are this job's own; "
+                    '<a href="{}?agent__id__exact={}">the agent\'s jobs</a> show what happened next.</p>',
+                    reverse("admin:indexing_indexjob_changelist"), job.agent_id,
+                )
             return "—"
-        return format_html_join(
+        files = attached.only("id", "path", "state").order_by("path")[:JOB_FILES_VIEW_MAX]
+        listing = format_html_join(
             "", '<div><a href="{}">{}</a> {}</div>',
             ((reverse("admin:indexing_memoryfile_change", args=[f.pk]), f.path, state_badge(f.state)) for f in files),
+        )
+        if total <= JOB_FILES_VIEW_MAX:
+            return listing
+        return format_html(
+            '{}<p class="help" id="job-files-more">… and {} more: <a href="{}?job__id__exact={}">all {} files of this job</a>.</p>',
+            listing, total - JOB_FILES_VIEW_MAX, reverse("admin:indexing_memoryfile_changelist"), job.pk, total,
         )
 
     @admin.action(description="Retry selected failed jobs")
@@ -176,6 +232,11 @@ class IndexJobAdmin(ReadOnlyAdmin):
         if skipped:
             message += f"; {skipped} skipped (only failed jobs can be retried)"
         self.message_user(request, message + ".", messages.SUCCESS if retried else messages.WARNING)
+
+
+def _preview(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= CHUNK_PREVIEW_CHARS else text[:CHUNK_PREVIEW_CHARS] + "…"
 
 
 def _seconds(delta) -> str:

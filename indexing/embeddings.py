@@ -75,6 +75,11 @@ class EmbeddingProvider:
     def embed_query(self, text: str) -> Vector:
         return self.embed_documents([text])[0]
 
+    def embed_query_windows(self, texts: list[str]) -> list[Vector]:
+        """The vectors of the windows of one long query (search/query_windows.py); one call where the
+        provider can batch them."""
+        return [self.embed_query(text) for text in texts]
+
     def _check_dimensions(self, vectors: list[Vector]) -> None:
         for vector in vectors:
             if len(vector) != self.identity.dimensions:
@@ -469,6 +474,9 @@ class LocalProvider(EmbeddingProvider):
         vectors = array.tolist()
         self._check_dimensions(vectors)
         return vectors
+
+    def embed_query_windows(self, texts: list[str]) -> list[Vector]:
+        return self.embed_documents(texts)  # one batch through the model
 
 
 # --- configured provider ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ file (``./memory/a.md`` and ``memory/a.md``) end up as one row; anything that co
 or confuse a client is refused with 400 ``invalid_path`` rather than "fixed" silently.
 
 Sources: ``memory`` (``MEMORY.md``, ``memory.md``, ``memory/**/*.md``), ``session`` (``*.jsonl``
-transcripts), ``workspace`` (other text files, by the extensions of seed 003). Any other extension is
+transcripts), ``workspace`` (other text files: code, config and docs, ``WORKSPACE_EXTENSIONS``). Any other extension is
 refused with 415 ``unsupported_file_type``: MemoryHub indexes text, not whatever a sync happens to send.
 """
 
@@ -25,7 +25,7 @@ Source = MemoryFile.Source
 MEMORY_ROOT_FILES = frozenset({"MEMORY.md", "memory.md"})
 MEMORY_DIRECTORY = "memory"
 SESSION_EXTENSION = "jsonl"
-# Seed 003's "Supported Text Extensions" (code, config, docs), plus markdown's long spelling.
+# Text worth indexing: code, config and docs, plus markdown's long spelling.
 WORKSPACE_EXTENSIONS = frozenset(
     """
     rs py js ts tsx jsx json go java kt swift c cpp h hpp rb lua

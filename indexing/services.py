@@ -22,7 +22,7 @@ from django.utils import timezone
 from pgvector import Vector
 
 from agents.models import Agent
-from indexing.chunking import ChunkSpan, chunk_markdown
+from indexing.chunking import ChunkSpan, chunk_markdown, count_tokens
 from indexing.embedding_identity import configured_identity
 from indexing.keyword_document import keyword_document
 from indexing.locks import files_lock, files_update
@@ -95,6 +95,31 @@ def _chunk_sizes_asked(*, agent: Agent) -> tuple[int, int]:
         return tokens, overlap
     logger.warning("agent %s: ignoring invalid chunk overrides %r", agent.slug, overrides)
     return default_tokens, default_overlap
+
+
+def file_title(*, memory_file: MemoryFile) -> str:
+    """The line that says what a whole file is about — its first line when that is a level-1 markdown
+    heading ("# Session 3 (1:56 pm on 8 May, 2023)", "# Meeting of the budget committee") — or "".
+    With MEMORYHUB_CHUNK_TITLE_CONTEXT every later chunk of the file is embedded and keyword-indexed
+    with it in front: a turn of a dated session then carries its date, which sits in the header line
+    and nowhere in the turn. Transcripts (JSONL) have no title."""
+    if not settings.MEMORYHUB_CHUNK_TITLE_CONTEXT or memory_file.source == MemoryFile.Source.SESSION:
+        return ""
+    first = memory_file.content.split("\n", 1)[0].strip()
+    if not first.startswith("# ") or len(first) > MAX_TITLE_CHARS:
+        return ""
+    return first
+
+
+# A title longer than this is a paragraph, not a title, and is not repeated in every chunk.
+MAX_TITLE_CHARS = 200
+
+
+def chunk_indexed_text(*, span: ChunkSpan, title: str) -> str:
+    """What is embedded and keyword-indexed for a chunk: its text, after the file's title when it has
+    one and the chunk does not start with it. The chunk's text and lines stay its own (snippets and
+    citations show only them)."""
+    return f"{title}\n{span.text}" if title and span.start_line > 1 else span.text
 
 
 def file_chunk_spans(*, memory_file: MemoryFile, max_tokens: int, overlap_tokens: int) -> tuple[list[ChunkSpan], int]:
@@ -207,14 +232,27 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
                 Chunk.objects.filter(file_id__in=unchanged).exclude(embedding_identity=identity_key).values_list("file_id", flat=True).distinct()
             )
         work: list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]] = []
+        indexed_texts: dict[str, str] = {}  # digest -> what is embedded and keyword-indexed (chunk_indexed_text)
         for memory_file in files:
             outcome = outcomes[memory_file.pk]
             if memory_file.indexed_hash == memory_file.content_hash and memory_file.pk not in lacking_vectors:
                 outcome.skipped = True
                 continue
             max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
+            title = file_title(memory_file=memory_file)
+            # The title rides in front of every chunk: together they must fit in the model's window.
+            room = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS - count_tokens(title) - 1
+            if title and max_tokens > room:
+                max_tokens = max(32, room)
+                overlap = min(overlap, max_tokens // 5)
             spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
-            work.append((memory_file, [(span, text_hash(span.text)) for span in spans]))
+            file_work = []
+            for span in spans:
+                text = chunk_indexed_text(span=span, title=title)
+                digest = text_hash(text)
+                indexed_texts[digest] = text
+                file_work.append((span, digest))
+            work.append((memory_file, file_work))
 
         # Step 1: the vectors known without the provider, then the chunks, committed.
         vectors: dict[str, object] = {}
@@ -238,14 +276,14 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
             for _, spans in work:
                 for span, digest in spans:
                     if digest not in vectors and digest not in missing:
-                        missing[digest] = span.text
+                        missing[digest] = indexed_texts[digest]
         if missing and defer_embedding:
             for memory_file, spans in work:
                 if any(digest in missing for _, digest in spans):
                     outcomes[memory_file.pk].error = defer_embedding
             missing = {}
         awaiting = _files_chunks_write(
-            files=files, outcomes=outcomes, work=work, vectors=vectors, identity=identity, job_id=job_id,
+            files=files, outcomes=outcomes, work=work, indexed_texts=indexed_texts, vectors=vectors, identity=identity, job_id=job_id,
             missing=missing.keys(), cache_hits=cache_hits,
         )
 
@@ -373,7 +411,7 @@ def _jobs_count(*, per_job: dict[int, Counter], job_id: int | None, batch: Count
 
 
 def _files_chunks_write(
-    *, files, outcomes, work, vectors: dict, identity, job_id, missing, cache_hits: int
+    *, files, outcomes, work, indexed_texts: dict[str, str], vectors: dict, identity, job_id, missing, cache_hits: int
 ) -> list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]]:
     """Step 1, in one transaction: each live file's chunk set with the vectors known so far, and the
     files that need nothing from the provider (``missing``: the text hashes to embed) settled. Returns
@@ -413,7 +451,7 @@ def _files_chunks_write(
                     rows.append(
                         (
                             memory_file.agent_id, memory_file.pk, ordinal, span.start_line, span.end_line, span.text,
-                            digest, span.token_count, keyword_document(span.text),
+                            digest, span.token_count, keyword_document(indexed_texts[digest]),
                             None if vector is None else Vector._to_db(vector),
                             identity.key if vector is not None else "",
                             identity.dimensions if vector is not None else None,

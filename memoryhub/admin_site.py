@@ -9,6 +9,9 @@ class MemoryHubAdminSite(admin.AdminSite):
     site_header = "MemoryHub"
     site_title = "MemoryHub admin"
     index_title = "Dashboard"
+    # No "View site" link: the service has no public pages (its "/" is a 404). The header links the API
+    # docs instead (templates/admin/base_site.html).
+    site_url = None
 
     def index(self, request, extra_context=None):
         from indexing.selectors import dashboard_stats

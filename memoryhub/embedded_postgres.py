@@ -38,6 +38,15 @@ def _postmaster(data_dir: Path):
     return info if info is not None and info.is_running() and info.status == "ready" else None
 
 
+def is_installed() -> bool:
+    """Whether ``pgserver`` (the ``embedded`` extra) is installed; the Docker image leaves it out."""
+    try:
+        import pgserver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def is_running(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
     return _postmaster(Path(data_dir)) is not None
 

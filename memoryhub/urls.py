@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from memoryhub import views
-from search.mcp import McpView
+from integrations.mcp import McpView
 
 handler404 = "memoryhub.errors.handler404"
 handler500 = "memoryhub.errors.handler500"

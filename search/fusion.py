@@ -6,12 +6,18 @@ keyword hit is 1.0. A half that did not return the chunk contributes 0. With the
 best exact keyword hit with no vector support scores 0.5, far above the default ``min_score`` of 0.1 —
 unlike OpenClaw's 0.7/0.3 with 0.35, which silently drops it (openclaw#25183).
 
-Min-max (default): like weighted, but the vector half's similarities are first stretched over this
+Min-max: like weighted, but the vector half's similarities are first stretched over this
 query's candidates (best 1, worst 0). Cosine similarities of one agent's memory sit in a narrow band
 (0.3-0.6 for all-MiniLM-L6-v2), while the keyword half already spans 0..1 (BM25 over the query's best),
 so without the stretch the keyword half decides most rankings. The keyword half is not stretched: its
 weakest real match keeps its share instead of dropping to 0 (and under min_score). A single vector
 candidate scores 1.
+
+Adaptive (default): min-max, with the two weights adapted to the query (``adaptive_weights``): each is
+multiplied by 1 + how much its half's best score stands above its 10th best (0 for a flat half, towards
+1 for a peaked one), so the half that can tell its best hits apart counts more for this query. Measured
+on the three dev sets against min-max with fixed weights (docs/search.md): it helped LoCoMo and the
+meetings on both parts and left the dialogue-shaped set where it was.
 
 RRF: ``sum(w / (k + rank))`` over the halves, divided by its maximum ``sum(w / (k + 1))`` so that a chunk
 ranked first by both halves scores 1.0 and one ranked first by one half only scores that half's share.
@@ -32,7 +38,7 @@ from django.conf import settings
 
 from search.keyword import KeywordHit
 
-FUSION_METHODS = ("weighted", "rrf", "minmax")
+FUSION_METHODS = ("weighted", "rrf", "minmax", "adaptive")
 
 
 @dataclass
@@ -87,6 +93,10 @@ def fuse(
             candidate.keyword_rank, candidate.keyword_score = rank, max(0.0, min(1.0, hit.score))
 
     total = vector_weight + keyword_weight
+    if method == "adaptive":
+        vector_weight, keyword_weight = adaptive_weights(candidates.values(), vector_weight, keyword_weight)
+        total = vector_weight + keyword_weight
+        method = "minmax"
     if method == "minmax":
         values = [c.vector_score for c in candidates.values() if c.vector_score is not None]
         if values:
@@ -115,6 +125,37 @@ def fuse(
     )
 
 
+# Adaptive fusion reads each half's score at this depth against its best (see _peak).
+ADAPTIVE_DEPTH = 10
+
+
+def _peak(values: list[float]) -> float | None:
+    """How far a half's best score stands above its ADAPTIVE_DEPTH-th best, relative to the best: 0
+    when the half cannot tell its top hits apart, towards 1 when its first hits stand out. None when
+    the half has fewer scores than that: a handful of candidates says nothing about the half (a tiny
+    memory, or a query matching three chunks), and the configured weights stand."""
+    if len(values) < ADAPTIVE_DEPTH:
+        return None
+    ordered = sorted(values, reverse=True)
+    best, deep = ordered[0], ordered[ADAPTIVE_DEPTH - 1]
+    return (best - deep) / best if best > 0 else None
+
+
+def adaptive_weights(candidates, vector_weight: float, keyword_weight: float) -> tuple[float, float]:
+    """The configured weights, each multiplied by (1 + its half's peak) for this query's candidates
+    (raw cosine similarities and BM25 over the best, before any stretch). A query whose words are rare
+    in the memory gives a peaked keyword half and leans on it; a query sharing only common words with
+    the memory gives a flat keyword half and leans on meaning."""
+    candidates = list(candidates)
+    vector_peak = _peak([c.vector_score for c in candidates if c.vector_score is not None])
+    keyword_peak = _peak([c.keyword_score for c in candidates if c.keyword_score is not None])
+    if vector_peak is None or keyword_peak is None:
+        return vector_weight, keyword_weight
+    return vector_weight * (1 + vector_peak), keyword_weight * (1 + keyword_peak)
+
+
+
+
 def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:
     """The order in which hits get snippets. ``span(item) -> (file_id, start, end)``.
 
@@ -125,7 +166,7 @@ def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None
        ``second_snippet`` (MEMORYHUB_SEARCH_SECOND_SNIPPET; 0 turns this off); that result shows the
        chunk's lines not shown yet (snippets never repeat a line), or is skipped when there are none.
 
-    Measured on LoCoMo (README, "Search quality"): deferring every overlapping or touching chunk
+    Measured on LoCoMo (docs/search.md): deferring every overlapping or touching chunk
     (the previous rule) 0.754 evidence recall; near-duplicates only 0.779; plus second snippets at 0.7
     0.807 (0.5: 0.800, 0.9: 0.796).
     """

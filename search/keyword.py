@@ -30,8 +30,12 @@ from django.db import connection
 from indexing.keyword_document import KEYWORD_CONFIG, keyword_document
 from search.types import SearchFilters
 
-# A pasted paragraph is a legitimate query, but hundreds of OR-ed lexemes cost more than they add.
-MAX_QUERY_LEXEMES = 64
+# A pasted stretch of dialogue is a legitimate query, and its telling words may come anywhere in it:
+# keeping only its first 64 lexemes lost the keyword half 0.10 of recall on the dialogue-shaped dev set
+# (docs/search.md). Small agents score every lexeme (their cost is bounded by the agent's size); large
+# agents score the MAX_SCORED_LEXEMES rarest ones (see keyword_candidates).
+MAX_QUERY_LEXEMES = 256
+MAX_SCORED_LEXEMES = 64
 
 # Okapi BM25 parameters (the usual defaults).
 BM25_K1 = 1.2
@@ -91,7 +95,7 @@ def lines_lexemes(lines: list[str]) -> list[set[str]]:
 # chunk that contains a lexeme matches the OR query, so the count is the agent's true df), then each
 # match is scored. The OFFSET 0 fence keeps the planner off chunk_search_vector_gin: that index holds
 # every agent's chunks, and the bitmap of a common word's posting list at 1M chunks took 50-100 ms for a
-# 3k-5k-chunk agent, against 10-25 ms to read and filter the agent's own rows (README, "Search at
+# 3k-5k-chunk agent, against 10-25 ms to read and filter the agent's own rows (docs/benchmarks.md, "Search at
 # scale"). The file table is joined only when filters are set, after scoring, so unfiltered searches
 # never touch it and the IDF stays the agent's whatever the filter.
 _EXACT_SQL = """
@@ -179,7 +183,7 @@ def bm25_idf(*, n: int, df: int) -> float:
 # rarest first while their dfs add up to at most SCORE_BUDGET (the rarest one always), and a chunk that
 # holds none of them is not read. When every lexeme fits in the budget the result is exact BM25; when
 # the rarest alone is more common than the budget, SCORE_BUDGET of its chunks are scored. How the
-# budget was chosen: README, "Search at scale".
+# budget was chosen: docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
 SCORE_BUDGET = 2000
@@ -306,8 +310,11 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         idf = {lexemes[int(i) - 1]: bm25_idf(n=n, df=df) for i, df in dfs.items()}
     else:
         dfs, n, avgdl = plan
-        idfs = [bm25_idf(n=n, df=df) if df > 0 else None for df in dfs]
-        searched, capped = searched_terms(dfs, budget=SCORE_BUDGET)
+        scored = set(sorted((i for i, df in enumerate(dfs) if df > 0), key=lambda i: (dfs[i], i))[:MAX_SCORED_LEXEMES])
+        idfs = [bm25_idf(n=n, df=df) if i in scored else None for i, df in enumerate(dfs)]
+        kept = sorted(scored) or list(range(len(dfs)))
+        chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
+        searched = [kept[j] for j in chosen]
         params.update(idfs=idfs, avgdl=avgdl, query=" | ".join(terms[i] for i in searched))
         match_limit = f"LIMIT {int(SCORE_BUDGET)}" if capped else ""
         sql = _GIVEN_IDF_SQL.format(file_join=file_join, file_where=file_where, match_limit=match_limit)

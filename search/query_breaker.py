@@ -25,6 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from django.conf import settings
 
 from indexing.embeddings import ProviderTransientError
+from search.query_windows import query_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -181,21 +182,23 @@ class QueryBreaker:
             self._call("success")
 
 
-def embed_query_bounded(*, provider, text: str, timeout: float) -> list[float]:
-    """The provider's vector for ``text`` within ``timeout`` seconds (at most the configured query
-    timeout), through the breaker. Raises BreakerOpen, or the provider's error (a timeout is a
-    ProviderTransientError); a vector of the wrong size or with NaN counts as a failure too."""
+def embed_query_bounded(*, provider, text: str, timeout: float) -> list[list[float]]:
+    """The provider's vectors for ``text`` (one per window of a long query: search/query_windows.py)
+    within ``timeout`` seconds (at most the configured query timeout), through the breaker. Raises
+    BreakerOpen, or the provider's error (a timeout is a ProviderTransientError); a vector of the wrong
+    size or with NaN counts as a failure too."""
     timeout = max(0.0, min(timeout, settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT))
     breaker = QueryBreaker(provider.identity.key)
     failures_before = breaker.before_call(probe_ttl=timeout + 1)
-    future = _executor.submit(provider.embed_query, text)
+    future = _executor.submit(query_vectors, provider=provider, text=text)
     try:
-        vector = [float(value) for value in future.result(timeout=timeout)]
-        if len(vector) != provider.identity.dimensions or not all(math.isfinite(value) for value in vector):
-            raise ProviderTransientError(
-                f"the embedding endpoint returned an unusable query vector ({len(vector)} values, "
-                f"{provider.identity.dimensions} expected, or not finite)"
-            )
+        vectors = [[float(value) for value in vector] for vector in future.result(timeout=timeout)]
+        for vector in vectors or [[]]:
+            if len(vector) != provider.identity.dimensions or not all(math.isfinite(value) for value in vector):
+                raise ProviderTransientError(
+                    f"the embedding endpoint returned an unusable query vector ({len(vector)} values, "
+                    f"{provider.identity.dimensions} expected, or not finite)"
+                )
     except FutureTimeout:
         future.cancel()
         breaker.failed()
@@ -204,4 +207,4 @@ def embed_query_bounded(*, provider, text: str, timeout: float) -> list[float]:
         breaker.failed()
         raise
     breaker.succeeded(after_failures=failures_before > 0)
-    return vector
+    return vectors

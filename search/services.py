@@ -55,12 +55,13 @@ def _bad_request(message: str) -> InvalidInput:
 
 # --- Query embeddings, cached -------------------------------------------------------------------
 
-_query_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+_query_cache: OrderedDict[tuple[str, str], list[list[float]]] = OrderedDict()
 _query_cache_lock = threading.Lock()
 
 
-def query_embedding(*, provider, text: str, timeout: float | None = None) -> list[float]:
-    """The provider's vector for a query; the last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
+def query_embedding(*, provider, text: str, timeout: float | None = None) -> list[list[float]]:
+    """The provider's vectors for a query: one, or one per window of a query longer than the model
+    reads (search/query_windows.py). The last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
     (agents repeat questions, and an embedding call costs far more than the search itself). The call
     is bounded in time and guarded by the circuit breaker (search/query_breaker.py)."""
     size = settings.MEMORYHUB_SEARCH_QUERY_CACHE_SIZE
@@ -74,7 +75,7 @@ def query_embedding(*, provider, text: str, timeout: float | None = None) -> lis
     if timeout is None:
         timeout = settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT
     try:
-        vector = embed_query_bounded(provider=provider, text=text, timeout=timeout)
+        vector = embed_query_bounded(provider=provider, text=text, timeout=timeout)  # one per window
     except BreakerOpen:
         raise  # the provider was not called
     except Exception:
@@ -224,7 +225,7 @@ def _memory_search(
     notes: list[str] = []
     used_mode = mode or "hybrid"
     identity = configured_identity()
-    embedding: list[float] | None = None
+    embedding: list[list[float]] | None = None  # one vector per window of the query
     try:
         with deadline.queries():
             pending, awaiting_vectors = _pending_files(agent=agent)
@@ -242,10 +243,7 @@ def _memory_search(
     if embedding is not None:
         try:
             with deadline.queries():
-                vector_hits = vector_candidates(
-                    agent_id=agent.pk, query_embedding=embedding, identity=identity,
-                    dimensions=identity.dimensions, filters=filters, limit=pool,
-                )
+                vector_hits = _nearest(agent=agent, vectors=embedding, identity=identity, filters=filters, limit=pool)
         except SearchTimedOut:
             used_mode = "keyword" if used_mode == "hybrid" else used_mode
     keyword = None
@@ -304,10 +302,29 @@ def _memory_search(
     )
 
 
+def _nearest(*, agent: Agent, vectors: list[list[float]], identity: EmbeddingIdentity, filters: SearchFilters, limit: int):
+    """The vector half: the agent's chunks nearest to the query, or for a query of several windows
+    (search/query_windows.py) to any of its windows, each chunk at its best distance."""
+    if len(vectors) == 1:
+        return vector_candidates(
+            agent_id=agent.pk, query_embedding=vectors[0], identity=identity, dimensions=identity.dimensions,
+            filters=filters, limit=limit,
+        )
+    best = {}
+    for vector in vectors:
+        for hit in vector_candidates(
+            agent_id=agent.pk, query_embedding=vector, identity=identity, dimensions=identity.dimensions,
+            filters=filters, limit=limit,
+        ):
+            if hit.chunk_id not in best or hit.distance < best[hit.chunk_id].distance:
+                best[hit.chunk_id] = hit
+    return sorted(best.values(), key=lambda hit: (hit.distance, hit.chunk_id))[:limit]
+
+
 def _embed_for_search(
     *, identity: EmbeddingIdentity, query: str, has_vectors: bool, deadline: SearchDeadline
-) -> tuple[list[float] | None, str]:
-    """(query vector, "") or (None, the reason vector search cannot run)."""
+) -> tuple[list[list[float]] | None, str]:
+    """(the query's vectors, "") or (None, the reason vector search cannot run)."""
     from indexing.embeddings import get_provider
 
     if not identity.has_vectors:
@@ -326,7 +343,7 @@ def _embed_for_search(
     except Exception as exc:  # any provider failure degrades to keyword search, never a 500
         logger.warning("query embedding failed, searching by keyword only: %s", exc)
         return None, f"The embedding provider failed ({exc.__class__.__name__})."
-    if len(vector) != identity.dimensions:
+    if any(len(v) != identity.dimensions for v in vector):
         return None, "The embedding provider returned a vector of the wrong size."
     return vector, ""
 

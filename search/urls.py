@@ -4,5 +4,5 @@ from search import apis
 
 urlpatterns = [
     path("search", apis.SearchApi.as_view(), name="api-search"),
-    path("", include("search.tool_urls")),
+    path("", include("integrations.urls")),
 ]

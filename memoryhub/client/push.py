@@ -119,7 +119,9 @@ def _record(result: PushResult, outcome: dict) -> None:
 def _diff(*, client: ApiClient, files: list[LocalFile], options: PushOptions, scope: str, delete_missing: bool,
           result: PushResult) -> list[str]:
     """Hash-only sync: delete what is gone, return the paths the server lacks."""
-    entries = [{"path": f.path, "hash": f.hash} for f in files]
+    # The source goes with the hash: a file stored under another source (an older client's push with a
+    # prefix) is re-sourced by the server without sending its content again.
+    entries = [{"path": f.path, "hash": f.hash, "source": f.source} for f in files]
     if len(entries) <= options.max_sync_files:
         outcome = client.sync(files=entries, delete_missing=delete_missing, prefix=scope)
         _record(result, outcome)
@@ -170,7 +172,7 @@ def _upload(*, client: ApiClient, files: list[LocalFile], options: PushOptions, 
             result.skipped.append((local.path, UNREADABLE))
             progress.advance()
             continue
-        entry = {"path": local.path, "content": content, "mtime": round(local.mtime, 3)}
+        entry = {"path": local.path, "content": content, "source": local.source, "mtime": round(local.mtime, 3)}
         entry_bytes = len(json.dumps(entry, ensure_ascii=False).encode("utf-8")) + 2
         if batch and (len(batch) >= options.batch_files or batch_bytes + entry_bytes > options.batch_bytes):
             send()

@@ -39,6 +39,9 @@ WORKSPACE_EXTENSIONS = frozenset(
     """.split()
 )
 ACCEPTED_EXTENSIONS = WORKSPACE_EXTENSIONS | {SESSION_EXTENSION}
+# As indexing.paths: MEMORY.md at the root and markdown under memory/ are the agent's memory.
+MEMORY_ROOT_FILES = frozenset({"MEMORY.md", "memory.md"})
+MEMORY_DIRECTORY = "memory"
 
 # Dependency and build-cache folders: other people's code, not the agent's memory. Hidden folders
 # (.git, .venv, .cache, .idea …) are skipped by the leading dot already.
@@ -70,6 +73,7 @@ class LocalFile:
     size: int
     mtime: float
     hash: str  # sha256 of the bytes, as indexing.services.text_hash computes it from the text
+    source: str  # memory | session | workspace, by the file's place in the local workspace (source_of)
 
 
 @dataclass
@@ -158,6 +162,20 @@ def server_path(relative: str, *, prefix: str = "") -> str | None:
     except UnicodeEncodeError:  # a file name that is not valid UTF-8 on disk (surrogate escapes)
         return None
     return path
+
+
+def source_of(relative: str) -> str:
+    """The source kind of a local file, by the server's rules (``indexing.paths.source_infer``) applied to
+    its path inside the workspace. The client sends it with every file, because the server only sees the
+    stored path: under ``--prefix bulk/``, ``memory/2024-01-01.md`` is stored as ``bulk/memory/2024-01-01.md``
+    and is still the agent's memory, not a workspace file."""
+    path = unicodedata.normalize("NFC", relative.replace(os.sep, "/"))
+    extension = _extension(posixpath.basename(path))
+    if extension == SESSION_EXTENSION:
+        return "session"
+    if path in MEMORY_ROOT_FILES or (path.startswith(MEMORY_DIRECTORY + "/") and extension == "md"):
+        return "memory"
+    return "workspace"
 
 
 def is_indexed_path(relative: str) -> bool:
@@ -249,7 +267,8 @@ def workspace_scan(
             scan.skipped.append((relative, UNREADABLE))
             continue
         scan.files[path] = LocalFile(
-            path=path, absolute=absolute, size=len(raw), mtime=stat.st_mtime, hash=hashlib.sha256(raw).hexdigest()
+            path=path, absolute=absolute, size=len(raw), mtime=stat.st_mtime, hash=hashlib.sha256(raw).hexdigest(),
+            source=source_of(relative),
         )
     progress.finish()
     return scan

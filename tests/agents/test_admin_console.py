@@ -98,14 +98,45 @@ def test_a_token_without_scopes_is_refused_with_a_message(operator, alice):
     assert not AgentToken.objects.filter(label="none").exists()
 
 
+CONFIRMED = {"confirmed": "yes"}
+
+
 def test_revoking_on_the_agent_page_stops_the_token(operator, alice):
-    response = operator.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/revoke/", follow=True)
+    response = operator.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/revoke/", CONFIRMED, follow=True)
     assert "revoked" in response.content.decode()
     assert alice.client.get("/api/v1/status").status_code == 401
 
 
+@pytest.mark.parametrize("action", ["revoke", "rotate"])
+def test_the_agent_page_asks_before_revoking_or_rotating(operator, alice, action):
+    url = f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/{action}/"
+    agent_page = operator.get(f"/admin/agents/agent/{alice.agent.pk}/change/").content.decode()
+    assert f'href="{url}"' in agent_page  # a link to the question, not a form that acts
+
+    question = operator.get(url)
+    html = question.content.decode()
+    assert question.status_code == 200
+    assert f"{action.capitalize()} token <code>{alice.token.prefix}…</code>" in html
+    assert "refused" in html and f'id="confirm-{action}"' in html and "No, take me back" in html
+
+    unconfirmed = operator.post(url)  # a POST without the answer only asks again
+    assert unconfirmed.status_code == 200 and f'id="confirm-{action}"' in unconfirmed.content.decode()
+    alice.token.refresh_from_db()
+    assert alice.token.revoked_at is None and AgentToken.objects.filter(agent=alice.agent).count() == 1
+    assert alice.client.get("/api/v1/status").status_code == 200
+
+
+def test_the_one_time_token_has_a_copy_button_for_exactly_it(operator, alice):
+    response = operator.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/create/", {"label": "x", "scopes": ["read"]}, follow=True)
+    html = response.content.decode()
+    (raw,) = RAW_TOKEN.findall(html)
+    target = re.search(r'<code class="raw-token" id="([^"]+)">' + re.escape(raw) + "</code>", html).group(1)
+    assert f'<button type="button" class="button mh-copy" data-copy-target="{target}">Copy</button>' in html
+    assert "navigator.clipboard" in html  # the script the button runs
+
+
 def test_rotating_replaces_the_token_with_one_of_the_same_scopes(operator, alice):
-    response = operator.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/rotate/", follow=True)
+    response = operator.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/rotate/", CONFIRMED, follow=True)
     shown = RAW_TOKEN.findall(response.content.decode())
     assert len(shown) == 1
     assert alice.client.get("/api/v1/status").status_code == 401
@@ -115,16 +146,16 @@ def test_rotating_replaces_the_token_with_one_of_the_same_scopes(operator, alice
     assert new.scopes == alice.token.scopes and new.label == alice.token.label
 
 
-def test_token_actions_need_post_and_the_tokens_own_agent(operator, alice, bob):
-    assert operator.get(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/revoke/").status_code == 405
-    wrong = operator.post(f"/admin/agents/agent/{bob.agent.pk}/tokens/{alice.token.pk}/revoke/")
+def test_token_actions_need_a_confirmed_post_and_the_tokens_own_agent(operator, alice, bob):
+    assert operator.delete(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/revoke/").status_code == 405
+    wrong = operator.post(f"/admin/agents/agent/{bob.agent.pk}/tokens/{alice.token.pk}/revoke/", CONFIRMED)
     assert wrong.status_code == 404
     alice.token.refresh_from_db()
     assert alice.token.revoked_at is None
 
 
 def test_token_pages_need_a_staff_login(client, alice):
-    response = client.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/revoke/")
+    response = client.post(f"/admin/agents/agent/{alice.agent.pk}/tokens/{alice.token.pk}/revoke/", {"confirmed": "yes"})
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
     alice.token.refresh_from_db()
     assert alice.token.revoked_at is None
@@ -158,3 +189,41 @@ def test_the_webhook_secret_is_write_only_on_the_agent_page(operator, alice):
     agent.refresh_from_db()
     assert agent.webhook_secret == ""
     assert "No secret is set." in operator.get(url).content.decode()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ('{"chunk_token": 256}', "Unknown override key(s): chunk_token. Known keys: chunk_tokens, chunk_overlap."),
+        ('{"chunk_tokens": "256"}', "chunk_tokens must be a whole number from 32 to 8000 (got &#x27;256&#x27;)."),
+        ('{"chunk_tokens": 10}', "chunk_tokens must be a whole number from 32 to 8000 (got 10)."),
+        ('{"chunk_tokens": 100, "chunk_overlap": 100}', "chunk_overlap (100) must be smaller than chunk_tokens (100)."),
+        ('[256]', "Overrides must be a JSON object"),
+        ('{"chunk_tokens": 256', "Enter a valid JSON."),
+    ],
+)
+def test_overrides_the_indexer_would_ignore_are_a_form_error(operator, alice, overrides, message):
+    agent = alice.agent
+    response = operator.post(f"/admin/agents/agent/{agent.pk}/change/", _agent_form(agent, overrides=overrides))
+    assert response.status_code == 200  # the form again, with the error
+    assert message in response.content.decode()
+    agent.refresh_from_db()
+    assert agent.overrides == {}
+
+
+def test_valid_overrides_are_saved_and_used_for_chunking(operator, alice):
+    from indexing.services import chunk_sizes
+
+    agent = alice.agent
+    form = _agent_form(agent, overrides='{"chunk_tokens": 120, "chunk_overlap": 20}')
+    assert operator.post(f"/admin/agents/agent/{agent.pk}/change/", form).status_code == 302
+    agent.refresh_from_db()
+    assert agent.overrides == {"chunk_tokens": 120, "chunk_overlap": 20}
+    assert chunk_sizes(agent=agent) == (120, 20)
+
+
+def test_the_header_links_the_api_docs_instead_of_a_view_site_that_is_a_404(operator, client):
+    html = operator.get("/admin/").content.decode()
+    assert "View site" not in html
+    link = re.search(r'<a href="([^"]+)" id="api-docs-link">API docs</a>', html).group(1)
+    assert client.get(link).status_code == 200

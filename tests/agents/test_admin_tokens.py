@@ -39,10 +39,13 @@ def test_a_token_created_in_the_admin_is_shown_once_and_works(operator_client, a
     assert client.get("/api/v1/status").json()["agent"] == "alice"
 
 
-def test_revoking_from_the_admin_stops_the_token(operator_client, alice):
-    operator_client.post(
-        "/admin/agents/agenttoken/",
-        {"action": "revoke_selected", "_selected_action": [alice.token.pk]},
-        follow=True,
-    )
+def test_revoking_from_the_admin_asks_first_then_stops_the_token(operator_client, alice):
+    selection = {"action": "revoke_selected", "_selected_action": [alice.token.pk]}
+    question = operator_client.post("/admin/agents/agenttoken/", selection)
+    html = question.content.decode()
+    assert question.status_code == 200 and f"<code>{alice.token.prefix}…</code>" in html and 'id="confirm-revoke"' in html
+    assert alice.client.get("/api/v1/status").status_code == 200
+
+    answer = operator_client.post("/admin/agents/agenttoken/", {**selection, "confirmed": "yes"}, follow=True)
+    assert "Revoked 1 token(s)." in answer.content.decode()
     assert alice.client.get("/api/v1/status").status_code == 401

@@ -33,3 +33,22 @@ def test_an_existing_slug_is_refused_unless_asked():
 def test_an_invalid_slug_is_refused():
     with pytest.raises(CommandError, match="not a valid slug"):
         create_agent("Not A Slug")
+
+
+def test_rotate_revokes_the_earlier_tokens_with_the_same_label_only():
+    first = create_agent("demo2", "--label", "make run").splitlines()[-1]
+    other = create_agent("demo2", "--existing-ok", "--label", "laptop").splitlines()[-1]
+    output = create_agent("demo2", "--existing-ok", "--label", "make run", "--rotate")
+    second = output.splitlines()[-1]
+    assert f"Revoked 1 earlier token(s) labelled 'make run': {first[:11]}…" in output
+    client = APIClient()
+    answers = {}
+    for name, token in [("first", first), ("other", other), ("second", second)]:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        answers[name] = client.get("/api/v1/status").status_code
+    assert answers == {"first": 401, "other": 200, "second": 200}
+
+
+def test_rotate_on_a_new_agent_revokes_nothing():
+    output = create_agent("demo3", "--existing-ok", "--label", "make run", "--rotate")
+    assert "Created agent 'demo3'" in output and "Revoked" not in output

@@ -87,3 +87,33 @@ def test_operator_tour(logged_in, live_server, shot):
     assert page.locator("#card-cache .mh-value").inner_text() == "50 %"
     assert "429 Too Many Requests" in page.locator("#recent-failures").inner_text()
     shot(page, "08-dashboard")
+
+
+def test_the_one_time_token_copies_with_one_click_and_revoke_asks_first(logged_in, live_server, shot):
+    page = logged_in
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    page.goto("/admin/agents/agent/add/")
+    page.fill("#id_slug", "copier")
+    page.click("input[name=_save]")
+    token = page.locator("code.raw-token").inner_text()
+
+    page.click("button.mh-copy")
+    page.locator("button.mh-copy", has_text="Copied").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == token
+    shot(page, "01-token-copied")
+
+    row = page.locator(f"#token-table .token-row[data-prefix='{token[:11]}']")
+    row.locator("text=Revoke…").click()
+    page.wait_for_url("**/revoke/")
+    assert f"{token[:11]}…" in page.locator("#content-main").inner_text()
+    shot(page, "02-revoke-question")
+    page.click("text=No, take me back")
+    page.wait_for_url("**/change/#tokens")
+    row.locator(".mh-state-done", has_text="active").wait_for()
+
+    row.locator("text=Revoke…").click()
+    page.wait_for_url("**/revoke/")
+    page.click("#confirm-revoke")
+    page.wait_for_url("**/change/#tokens")
+    row.locator(".mh-state-failed", has_text="revoked").wait_for()
+    shot(page, "03-revoked")

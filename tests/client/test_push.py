@@ -2,6 +2,7 @@
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from agents.services import agent_create, agent_token_create
 from indexing import paths as server_paths
 from indexing.embeddings import FakeProvider
 from indexing.models import IndexJob, MemoryFile
+from indexing.writes import file_ingest
 from memoryhub.client import workspace
 from tests.client.conftest import write
 
@@ -189,6 +191,44 @@ def test_a_prefix_keeps_two_workspaces_apart(hub, tmp_path):
 
     files = server_files(hub.member.agent)
     assert {path: f.content for path, f in files.items()} == {"agent-a/notes.md": "workspace a\n", "agent-b/notes.md": "workspace b\n"}
+
+
+def test_a_prefix_keeps_each_files_source(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+
+    assert hub("push", root, "--prefix", "bulk/").code == 0
+
+    assert {path: f.source for path, f in server_files(hub.member.agent).items()} == {
+        "bulk/MEMORY.md": "memory",
+        "bulk/memory/2026-03-01.md": "memory",
+        "bulk/sessions/chat.jsonl": "session",
+        "bulk/notes/todo.txt": "workspace",
+    }
+
+
+def test_a_file_stored_under_the_wrong_source_is_corrected_without_uploading_it(hub, tmp_path):
+    """What an older client left behind: a prefixed daily note stored as a workspace file."""
+    root = make_workspace(tmp_path / "ws")
+    note = (root / "memory/2026-03-01.md").read_text()
+    file_ingest(agent=hub.member.agent, path="bulk/memory/2026-03-01.md", content=note)
+    assert server_files(hub.member.agent)["bulk/memory/2026-03-01.md"].source == "workspace"
+
+    outcome = hub("push", root, "--prefix", "bulk", "--json")
+
+    assert outcome.code == 0, outcome.err
+    assert json.loads(outcome.out)["uploaded"] == 3  # the note's content was not sent again
+    memory_file = server_files(hub.member.agent)["bulk/memory/2026-03-01.md"]
+    assert (memory_file.source, memory_file.state) == ("memory", MemoryFile.State.INDEXED)
+    assert memory_file.chunks.exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["MEMORY.md", "memory.md", "memory/2024-01-01.md", "memory/deep/note.md", "memory/notes.txt", "notes/memory/x.md",
+     "sessions/chat.jsonl", "memory/chat.jsonl", "src/app.py", "README.md"],
+)
+def test_the_client_classifies_a_workspace_path_as_the_server_does(path):
+    assert workspace.source_of(path) == server_paths.source_infer(path)
 
 
 def test_keep_deleted_and_an_empty_directory_delete_nothing(hub, tmp_path):

@@ -1,15 +1,17 @@
 """Files and jobs in the admin console: status and errors on the lists, content deferred there, the
 numbered content view, "Re-index selected files" and "Retry selected failed jobs", and the dashboard."""
 
+import re
+
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from indexing.embeddings import ProviderPermanentError
+from indexing.maintenance import file_reindex, index_job_retry
 from indexing.models import IndexJob
-from indexing.writes import file_ingest
-from indexing.maintenance import index_job_retry
+from indexing.writes import SyncEntry, file_ingest, workspace_sync
 
 pytestmark = pytest.mark.django_db
 
@@ -156,3 +158,55 @@ def test_the_dashboard_costs_the_same_queries_with_more_data(operator, make_memb
         IndexJob.objects.create(agent=member.agent, trigger="sync", state="failed", error="x")
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert operator.get("/admin/").status_code == 200
+
+
+def test_the_file_page_lists_each_chunk_with_its_lines_and_vector(operator, alice, fake_embeddings, indexed, failed_upload):
+    without, _ = failed_upload
+    with indexed():
+        with_vectors, _ = file_ingest(agent=alice.agent, path="memory/other.md", content=NOTES.replace("Lisbon", "Porto"))
+
+    for memory_file, vector in [(without, "none (keyword search only)"), (with_vectors, "fake:fake-hash:64 (64 dimensions)")]:
+        html = operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+        table = html[html.index('id="chunk-table"'):]
+        chunks = list(memory_file.chunks.order_by("ordinal"))
+        assert len(chunks) == 2 and table.count(vector) == 2
+        for chunk in chunks:
+            assert f"<td>{chunk.start_line}–{chunk.end_line}</td><td>{chunk.token_count}</td>" in table
+        assert "Alice liked the pastel de nata." in table
+
+
+def test_the_file_page_says_how_many_chunks_it_does_not_list(operator, failed_upload, monkeypatch):
+    from indexing import admin as indexing_admin
+
+    monkeypatch.setattr(indexing_admin, "CHUNK_VIEW_MAX", 1)
+    memory_file, _ = failed_upload
+    html = operator.get(f"/admin/indexing/memoryfile/{memory_file.pk}/change/").content.decode()
+    assert "… and 1 more chunks (first 1 of 2 shown)." in html
+
+
+def test_the_job_page_says_how_many_files_it_does_not_list_and_links_to_all(operator, alice, monkeypatch):
+    from indexing import admin as indexing_admin
+
+    monkeypatch.setattr(indexing_admin, "JOB_FILES_VIEW_MAX", 2)
+    outcome = workspace_sync(
+        agent=alice.agent, entries=[SyncEntry(path=f"memory/{n}.md", content=f"note {n}") for n in range(3)]
+    )
+    job = outcome.job
+    html = operator.get(f"/admin/indexing/indexjob/{job.pk}/change/").content.decode()
+    assert len(re.findall(r'href="/admin/indexing/memoryfile/\d+/change/"', html)) == 2
+    link = f"/admin/indexing/memoryfile/?job__id__exact={job.pk}"
+    assert f'… and 1 more: <a href="{link}">all 3 files of this job</a>' in html
+    listed = operator.get(link)
+    assert listed.status_code == 200
+    assert sorted(f.path for f in listed.context["cl"].result_list) == ["memory/0.md", "memory/1.md", "memory/2.md"]
+
+
+def test_an_older_jobs_page_explains_that_a_later_job_took_its_files(operator, alice, indexed):
+    with indexed():
+        memory_file, first_job = file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)
+        second_job = file_reindex(agent=alice.agent, file_ids=[memory_file.pk])
+
+    older = operator.get(f"/admin/indexing/indexjob/{first_job.pk}/change/").content.decode()
+    assert 'id="job-files-moved"' in older and "taken over by later jobs" in older
+    newer = operator.get(f"/admin/indexing/indexjob/{second_job.pk}/change/").content.decode()
+    assert "memory/trip.md" in newer and 'id="job-files-moved"' not in newer

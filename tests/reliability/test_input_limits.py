@@ -6,7 +6,7 @@ import pytest
 
 from indexing.models import MemoryFile
 from memoryhub.parsers import MAX_JSON_DEPTH, JsonTooDeep, json_depth_check
-from search.mcp import MAX_BATCH_MESSAGES
+from integrations.mcp import MAX_BATCH_MESSAGES
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJECT = b'{"a":' * 100_000 + b"1" + b"}" * 100_000

@@ -21,6 +21,9 @@ APPLICATION_NAME = "memoryhub-load-test"
 
 def start_gunicorn(tmp_path, **extra):
     port = free_port()
+    # One token floods here on purpose: the per-token cap on requests in progress (its own test:
+    # test_concurrency_cap.py) would answer 429 before the pool is ever reached.
+    extra = {"MEMORYHUB_TOKEN_MAX_CONCURRENT": "0", **extra}
     env = service_env(queue=unique_queue(), DEBUG="0", SECRET_KEY="test-only-key", MEMORYHUB_TASKS_EAGER="1", **extra)
     # Its connections are told apart from every other client of the test database by their name.
     env["DATABASE_URL"] += f"&application_name={APPLICATION_NAME}" if "?" in env["DATABASE_URL"] else f"?application_name={APPLICATION_NAME}"

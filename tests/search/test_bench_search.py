@@ -129,3 +129,36 @@ def test_a_file_of_another_shape_is_refused(tmp_path):
     other.write_text('{"something": 1}')
     with pytest.raises(CommandError, match="neither a LoCoMo"):
         call_command("bench_search", "--data", str(other), "--base-url", "http://127.0.0.1:9")
+
+
+def test_a_locomo_file_with_event_summaries_also_gives_the_dialogue_shaped_set(live_api, tiny_data, tmp_path, capsys):
+    data = json.loads(tiny_data.read_text())
+    data[0]["event_summary"] = {
+        "events_session_1": {"Ana": ["Ana adopts a greyhound puppy named Biscuit."], "Ben": [], "date": "8 May, 2023"},
+        "events_session_2": {"Ana": [], "Ben": ["Ben signs up for a pottery class."], "date": "20 June, 2023"},
+        "events_session_3": {"Ana": ["A session that has no dialogue is no query."], "Ben": [], "date": "1 July, 2023"},
+    }
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(data))
+    details = tmp_path / "details.jsonl"
+    call_command("bench_search", "--base-url", live_api, "--data", str(path), "--json", "--details", str(details))
+    report = json.loads(capsys.readouterr().out)["sets"]
+
+    assert set(report) == {"locomo", "dialogue"}
+    dialogue = report["dialogue"]
+    assert dialogue["questions"] == 2 and dialogue["evidence_turns"] == 2
+    assert dialogue["index"]["files"] == 2  # one note per file; a session without dialogue is left out
+    lines = [json.loads(line) for line in details.read_text().splitlines() if json.loads(line)["set"] == "dialogue"]
+    # The query is the session's whole dialogue; its evidence is the note of that session's event, line 3.
+    assert lines[0]["question"] == "Ana: I adopted a greyhound puppy called Biscuit yesterday.\nBen: Congratulations! Greyhounds are gentle dogs."
+    assert list(lines[0]["evidence"].values()) == [["memory/events/2023-05-08-001.md", 3]]
+    assert list(lines[1]["evidence"].values()) == [["memory/events/2023-06-20-002.md", 3]]
+
+
+def test_no_dialogue_leaves_the_derived_set_out(live_api, tiny_data, tmp_path, capsys):
+    data = json.loads(tiny_data.read_text())
+    data[0]["event_summary"] = {"events_session_1": {"Ana": ["Ana adopts a puppy."], "date": "8 May, 2023"}}
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(data))
+    call_command("bench_search", "--base-url", live_api, "--data", str(path), "--json", "--no-dialogue")
+    assert set(json.loads(capsys.readouterr().out)["sets"]) == {"locomo"}

@@ -98,3 +98,35 @@ def test_minmax_stretches_the_vector_half_over_the_querys_candidates():
 def test_minmax_keeps_the_best_keyword_hit_above_the_default_threshold():
     ranked = fuse(vector=[(1, 0.3)], keyword=kw((7, 1.0)), method="minmax")
     assert {c.chunk_id: c.score for c in ranked}[7] == pytest.approx(0.5)
+
+
+def test_adaptive_fusion_leans_on_the_half_that_can_tell_its_hits_apart():
+    # Vector half fairly flat (best 0.60, 10th 0.45: peak 0.25), keyword half peaked (1.0 against 0.1: 0.9).
+    vector = [(1, 0.40), (2, 0.50)] + [(i, 0.55) for i in range(3, 11)]
+    keyword = kw((2, 1.0), (1, 0.4), *[(i, 0.1) for i in range(3, 11)])
+    # Fixed weights: chunk 1 (best by meaning) wins, 0.5 + 0.2 against 0.17 + 0.5.
+    assert [c.chunk_id for c in fuse(vector=vector, keyword=keyword, method="minmax")][0] == 1
+    # Adaptive: the peaked keyword half weighs 0.95 against 0.625, and its best (chunk 2) wins.
+    assert [c.chunk_id for c in fuse(vector=vector, keyword=keyword, method="adaptive")][0] == 2
+    # The other way round: keyword scores flat, one vector hit standing out: meaning decides.
+    vector = [(1, 0.10)] + [(i, 0.70) for i in range(2, 11)]
+    keyword = kw((2, 1.0), (1, 0.9), *[(i, 0.95) for i in range(3, 11)])
+    assert [c.chunk_id for c in fuse(vector=vector, keyword=keyword, method="adaptive")][0] == 1
+
+
+def test_adaptive_weights_are_the_configured_ones_times_one_plus_each_halfs_peak():
+    from search.fusion import Candidate, adaptive_weights
+
+    scores = [(0.8, 1.0)] + [(0.6, 0.9)] * 8 + [(0.4, 0.25)] + [(0.1, 0.1)] * 5  # the 10th: 0.4 and 0.25
+    candidates = [Candidate(i, vector_score=v, keyword_score=k) for i, (v, k) in enumerate(scores)]
+    vector_weight, keyword_weight = adaptive_weights(candidates, 0.5, 0.5)
+    assert vector_weight == pytest.approx(0.5 * (1 + 0.5)) and keyword_weight == pytest.approx(0.5 * (1 + 0.75))
+    # Fewer than 10 candidates in a half (a tiny memory): the configured weights stand.
+    assert adaptive_weights(candidates[:9], 0.5, 0.5) == (0.5, 0.5)
+    # One half alone (keyword mode) keeps the configured weights.
+    assert adaptive_weights([Candidate(i, keyword_score=1.0 / i) for i in range(1, 20)], 0.0, 1.0) == (0.0, 1.0)
+
+
+def test_adaptive_keeps_a_keyword_only_hit_above_the_default_threshold():
+    ranked = fuse(vector=[(1, 0.0), (2, 0.9)], keyword=kw((7, 1.0), (8, 0.99)), method="adaptive")
+    assert next(c for c in ranked if c.chunk_id == 7).score >= 1 / 3 > 0.1

@@ -2,7 +2,7 @@
 
 import pytest
 
-from search.locomo import (
+from benchmarks.locomo import (
     Question,
     conversation_files,
     conversation_load,

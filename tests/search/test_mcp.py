@@ -8,7 +8,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from search.mcp import PROTOCOL_VERSIONS
+from integrations.mcp import PROTOCOL_VERSIONS
 
 FALCON = "# Project Falcon\n\nThe launch is planned for March.\nBudget: 40k.\n"
 

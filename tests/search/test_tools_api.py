@@ -24,7 +24,7 @@ def alice_files(alice, index_files):
 ALL_TOOLS = {"memory_search", "memory_get", "memory_write", "memory_append", "memory_delete"}
 
 
-def test_openai_format_lists_the_tools_as_functions_with_the_seed_argument_names(alice):
+def test_openai_format_lists_the_tools_as_functions_with_camel_case_argument_names(alice):
     response = alice.client.get("/api/v1/tools?format=openai")
     assert response.status_code == 200
     tools = {tool["function"]["name"]: tool for tool in response.json()["tools"]}

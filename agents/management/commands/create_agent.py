@@ -3,7 +3,7 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
 from agents.models import Agent
-from agents.services import agent_create, agent_token_create
+from agents.services import agent_create, agent_token_create, agent_tokens_revoke
 
 
 class Command(BaseCommand):
@@ -16,8 +16,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--existing-ok", action="store_true", help="Issue a new token if the agent already exists."
         )
+        parser.add_argument(
+            "--rotate", action="store_true",
+            help="Revoke the agent's earlier tokens with the same label, so one token per label stays valid "
+            "(`make run` rotates its demo token this way).",
+        )
 
-    def handle(self, *args, slug, name, label, existing_ok, **options):
+    def handle(self, *args, slug, name, label, existing_ok, rotate, **options):
         if slugify(slug) != slug:
             raise CommandError(f"{slug!r} is not a valid slug (lowercase letters, digits, '-' and '_').")
         try:
@@ -28,8 +33,13 @@ class Command(BaseCommand):
             if not existing_ok:
                 raise CommandError(f"Agent {slug!r} already exists (use --existing-ok to issue another token).")
             agent, created = Agent.objects.get(slug=slug), False
-        token, raw = agent_token_create(agent=agent, label=label)
+        with transaction.atomic():
+            revoked = agent_tokens_revoke(agent=agent, label=label) if rotate else []
+            token, raw = agent_token_create(agent=agent, label=label)
         verb = "Created agent" if created else "Agent"
         self.stdout.write(f"{verb} {agent.slug!r}; token {token.prefix}… (scopes: {', '.join(token.scopes)}).")
+        if revoked:
+            prefixes = ", ".join(f"{t.prefix}…" for t in revoked)
+            self.stdout.write(f"Revoked {len(revoked)} earlier token(s) labelled {label!r}: {prefixes}")
         self.stdout.write("Store the token now: it will not be shown again.")
         self.stdout.write(raw)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from search import tool_apis
+from integrations import apis as tool_apis
 
 urlpatterns = [
     path("tools", tool_apis.ToolListApi.as_view(), name="api-tools"),

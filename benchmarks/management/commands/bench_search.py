@@ -1,11 +1,14 @@
-"""Search quality benchmark against the live HTTP API, on the two dev sets (search/bench_data.py).
+"""Search quality benchmark against the live HTTP API, on the two dev sets (benchmarks/bench_data.py).
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python manage.py bench_search [--json]
         [--data FILE ...] [--part tune|confirm|all] [--set MEMORYHUB_SEARCH_X=value ...]
         [--mode hybrid|vector|keyword] [--base-url URL]
 
-Each --data file is a LoCoMo file or a meetings file (recognised by shape); the default is both dev
-sets from ../shared/data/ (locomo-dev.json, qmsum-dev.json; not shipped, see the README). One agent per
+Each --data file is a LoCoMo file or a meetings file (recognised by shape); a LoCoMo file also gives
+the dialogue-shaped set derived from it (long dialogue as the query, short dated notes as memories;
+--no-dialogue leaves it out). The default is both dev sets, locomo-dev.json and qmsum-dev.json, in
+../shared/data/ beside the checkout (not shipped: the README's "Benchmarks" and docs/search.md name
+where they come from). One agent per
 conversation or meeting workspace (created in the configured database, deleted afterwards unless
 --keep), its files uploaded through `POST /api/v1/sync`, `status.pending` awaited, then every question
 sent to `POST /api/v1/search` with the defaults. Figures are reported per set for its tune and confirm
@@ -14,7 +17,7 @@ its own gunicorn on a free local port, on the same database, indexing inside the
 (MEMORYHUB_TASKS_EAGER=1) and with the --set overrides in its environment. With --base-url the
 server must use the same database (the agents are created here) and its own settings.
 
-Evidence matching and metrics: search/locomo.py.
+Evidence matching and metrics: benchmarks/locomo.py.
 """
 
 import contextlib
@@ -37,8 +40,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Agent
 from agents.services import agent_create, agent_token_create
-from search.bench_data import PARTS, dev_set_load
-from search.locomo import percentile, question_score, scores_summary
+from benchmarks.bench_data import PARTS, dev_sets_load
+from benchmarks.locomo import percentile, question_score, scores_summary
 
 DATA_DIR = Path(settings.BASE_DIR).parent / "shared" / "data"
 DEFAULT_DATA = [DATA_DIR / "locomo-dev.json", DATA_DIR / "qmsum-dev.json"]
@@ -82,7 +85,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def web_server(*, overrides: dict[str, str], startup_timeout: float = 180):
     """gunicorn on a free port of 127.0.0.1 with this process's database; yields its base URL."""
-    from indexing.management.commands.bench_ingest import database_url
+    from benchmarks.management.commands.bench_ingest import database_url
 
     port = _free_port()
     env = {
@@ -145,6 +148,10 @@ class Command(BaseCommand):
                             help="a MEMORYHUB_SEARCH_* / MEMORYHUB_CHUNK_* setting for the server this command starts")
         parser.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="send this mode instead of the default")
         parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations of each set")
+        parser.add_argument("--no-dialogue", action="store_true",
+                            help="leave out the dialogue-shaped set derived from a LoCoMo file (benchmarks/bench_data.py)")
+        parser.add_argument("--only", action="append", default=[], choices=["locomo", "dialogue", "meetings"],
+                            help="run only this set, repeatable")
         parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
         parser.add_argument("--details", default="", help="write one JSON line per question to this file")
         parser.add_argument("--keep", action="store_true", help="keep the agents (and their files) afterwards")
@@ -157,13 +164,16 @@ class Command(BaseCommand):
         dev_sets = []
         for path in options["data"] or DEFAULT_DATA:
             try:
-                dev = dev_set_load(path)
+                loaded = dev_sets_load(path, dialogue=not options["no_dialogue"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise CommandError(f"cannot read the dev set {path}: {exc}") from exc
-            dev.conversations = [c for c in dev.conversations if options["part"] in ("all", c.part)]
-            if options["conversations"]:
-                dev.conversations = dev.conversations[: options["conversations"]]
-            dev_sets.append((str(path), dev))
+            for dev in loaded:
+                if options["only"] and dev.name not in options["only"]:
+                    continue
+                dev.conversations = [c for c in dev.conversations if options["part"] in ("all", c.part)]
+                if options["conversations"]:
+                    dev.conversations = dev.conversations[: options["conversations"]]
+                dev_sets.append((str(path), dev))
 
         load_before = os.getloadavg()
         server = contextlib.nullcontext(options["base_url"]) if options["base_url"] else web_server(overrides=overrides)
@@ -181,7 +191,10 @@ class Command(BaseCommand):
                         _, token = agent_token_create(agent=agent, label="bench_search")
                         apis.append(Api(base_url, token, timeout=options["timeout"]))
                     index = self._upload(dev.conversations, apis, timeout=options["timeout"])
-                    sets[dev.name] = {"data": path, "index": index, **self._ask(dev, apis, mode=options["mode"], details=details)}
+                    sets[dev.name] = {"data": path, "index": index, **self._ask(
+                        dev, apis, mode=options["mode"], details=details,
+                        vectors=bool(index["embedding"].get("vector_search")) and options["mode"] != "keyword",
+                    )}
         finally:
             if details:
                 details.close()
@@ -222,11 +235,23 @@ class Command(BaseCommand):
             "embedding": statuses[0]["embedding"] if statuses else {},
         }
 
-    def _ask(self, dev, apis, *, mode: str | None, details) -> dict:
+    @staticmethod
+    def _warm_up(api, *, vectors: bool, timeout: float = 180) -> None:
+        """Load the query embedder (not timed). When every chunk came from the embedding cache, the web
+        process has not loaded the model yet, and loading it outlasts the query embedding's time limit
+        (and opens the breaker): wait until searches use vectors again, so no question is answered by
+        keywords alone for that reason."""
+        deadline = time.monotonic() + timeout
+        while api.call("POST", "search", {"query": "warm up"}).get("mode") == "keyword" and vectors:
+            if time.monotonic() > deadline:
+                raise CommandError(f"searches still answer by keyword only after {timeout:.0f} s: is the embedding provider up?")
+            time.sleep(1)
+
+    def _ask(self, dev, apis, *, mode: str | None, details, vectors: bool = False) -> dict:
         scores_by_part: dict[str, list] = {"tune": [], "confirm": []}
         client_ms, server_ms, modes = [], [], set()
         for conversation, api in zip(dev.conversations, apis):
-            api.call("POST", "search", {"query": "warm up"})  # loads the query embedder; not timed
+            self._warm_up(api, vectors=vectors)
             for question in conversation.questions:
                 body = {"query": question.text} | ({"mode": mode} if mode else {})
                 t0 = time.perf_counter()

@@ -27,7 +27,7 @@ from agents.models import AgentToken
 from agents.throttles import RateLimited, rate_limit_check
 from memoryhub.errors import CLIENT_ERRORS, error_message, is_database_unavailable
 from memoryhub.parsers import JsonTooDeep, json_loads_bounded
-from search.tools import TOOL_RUNNERS, tool_definitions, tool_run
+from integrations.tools import TOOL_RUNNERS, tool_definitions, tool_run
 
 logger = logging.getLogger("memoryhub.mcp")
 

@@ -34,7 +34,7 @@ from agents.services import agent_create, agent_token_create
 from indexing.models import Chunk, EmbeddingCache, IndexJob
 from indexing.writes import file_ingest
 from indexing.services import index_job_run
-from indexing.management.commands.bench_ingest import database_url
+from benchmarks.management.commands.bench_ingest import database_url
 
 WORDS = ["harbour", "ledger", "quartz", "meadow", "copper", "violet", "summit", "lantern", "orchard", "pebble"]
 

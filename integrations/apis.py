@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.models import AgentToken
-from search.tools import TOOL_FORMATS, TOOL_NAMES, TOOL_SCHEMAS, tool_definitions, tool_run
+from integrations.tools import TOOL_FORMATS, TOOL_NAMES, TOOL_SCHEMAS, tool_definitions, tool_run
 
 
 class ToolFormatNegotiation(DefaultContentNegotiation):

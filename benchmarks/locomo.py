@@ -1,12 +1,12 @@
-"""The LoCoMo retrieval-quality protocol of DESIGN.md ("Measuring retrieval quality"), as pure functions.
+"""The LoCoMo retrieval-quality protocol (docs/search.md, "Protocol"), as pure functions.
 
 A conversation becomes one agent's memory: session N is `memory/session-NN.md` with line 1
 `# Session N (<date>)`, line 2 empty, then one turn per line (`Speaker: text`, plus
 ` [shares a photo: <caption>]`). Every turn keeps its line, so an evidence id (`D3:5`) names a line.
 
 An evidence turn counts as found when the first 80 characters of its line stand in a snippet of its
-file, taking the results' snippets in rank order up to 4,200 characters in all (6 × 700, the seeds'
-defaults). Recall, hit rate and MRR are averaged over questions, overall and per category 1-4
+file, taking the results' snippets in rank order up to 4,200 characters in all (6 × 700: six results
+of 700-character snippets, MemoryHub's defaults). Recall, hit rate and MRR are averaged over questions, overall and per category 1-4
 (category 5 has no answer in the conversation and is left out).
 
 `python manage.py bench_search` feeds these functions from the live API.
@@ -46,7 +46,7 @@ class Conversation:
     turns: dict[str, TurnLine]  # dialogue id ("D3:5") -> its line
     questions: list[Question]  # categories 1-4 with at least one known evidence turn
     skipped_questions: int = 0  # categories 1-4 whose evidence names no turn of the conversation
-    part: str = "tune"  # "tune" or "confirm": the fixed split of a dev set (search/bench_data.py)
+    part: str = "tune"  # "tune" or "confirm": the fixed split of a dev set (benchmarks/bench_data.py)
 
 
 @dataclass(frozen=True)

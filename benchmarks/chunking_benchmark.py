@@ -1,4 +1,4 @@
-"""Micro-benchmark of the chunker: ``python -m indexing.chunking_benchmark [--sections N]``.
+"""Micro-benchmark of the chunker: ``python -m benchmarks.chunking_benchmark [--sections N]``.
 
 Generates a markdown file of N sections (headings, paragraphs of 20–150 words, a code block every tenth
 section), chunks it with the defaults (400 / 80 tokens) and prints chunks per second. Needs no database.

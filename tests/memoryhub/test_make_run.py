@@ -1,0 +1,123 @@
+"""`make run` as a newcomer meets it: `python -m memoryhub.run` (what the target starts) on a database of
+its own, started twice. The banner says search is keyword-only and how to get vectors; the second start
+hands out a new demo token and the first one stops working; an unknown API route answers the JSON error
+shape although make run serves with DEBUG=1."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from django.db import connection
+
+from memoryhub.run import search_mode_lines
+from tests.reliability.processes import free_port, wait_for
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def run_database():
+    """A fresh database on the test server, dropped afterwards: make run migrates and writes its demo agent."""
+    db = connection.settings_dict
+    params = {"host": db["HOST"], "port": db["PORT"] or "5432", "user": db["USER"], "password": db["PASSWORD"]}
+    name = f"memoryhub_run_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(**params, dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    credentials = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    if params["host"].startswith("/"):
+        url = f"postgresql://{credentials}@localhost:{params['port']}/{name}?host={quote(params['host'])}"
+    else:
+        url = f"postgresql://{credentials}@{params['host']}:{params['port']}/{name}"
+    yield url
+    with psycopg.connect(**params, dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class MakeRun:
+    def __init__(self, *, database_url: str, port: int, log: Path):
+        self.port, self.log = port, log
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORYHUB_", "OPENAI_", "DJANGO_"))}
+        env.update(
+            DATABASE_URL=database_url, PORT=str(port), DEBUG="1", MEMORYHUB_EMBEDDING_PROVIDER="none",
+            REDIS_URL="redis://127.0.0.1:1/0",  # no broker: tasks run in the web process, no worker to start
+            MEMORYHUB_WEB_WORKERS="1", MEMORYHUB_LOG_FORMAT="text",
+        )
+        self._out = open(log, "w")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "memoryhub.run"], cwd=BASE_DIR, env=env, stdout=self._out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        wait_for(lambda: "serving on" in self.output() or self.popen.poll() is not None, timeout=180, what="make run")
+        assert self.popen.poll() is None, self.output()
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def token(self) -> str:
+        lines = self.output().splitlines()
+        return next(lines[i + 1] for i, line in enumerate(lines) if "demo agent token" in line)
+
+    def get(self, path: str, token: str) -> tuple[int, str, str]:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers["Content-Type"], response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers["Content-Type"], exc.read().decode()
+        except (urllib.error.URLError, ConnectionError):
+            return 0, "", ""
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, signal.SIGTERM)  # as Ctrl-C: run.py stops what it started
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait()
+        self._out.close()
+
+
+def test_make_run_twice_keeps_one_demo_token_and_says_search_is_keyword_only(run_database, tmp_path):
+    first = MakeRun(database_url=run_database, port=free_port(), log=tmp_path / "first.log")
+    try:
+        old_token = first.token()
+        wait_for(lambda: first.get("/api/v1/status", old_token)[0] == 200, timeout=60, what="the web server")
+        banner = first.output()
+        assert "search is keyword-only" in banner
+        assert "OPENAI_API_KEY" in banner and "make install-local" in banner
+        assert "MEMORYHUB_EMBEDDING_PROVIDER=local" in banner
+
+        status, content_type, body = first.get("/api/v1/no-such-route", old_token)
+        assert (status, content_type) == (404, "application/json")
+        assert json.loads(body)["error"]["code"] == "not_found"
+    finally:
+        first.stop()
+
+    second = MakeRun(database_url=run_database, port=free_port(), log=tmp_path / "second.log")
+    try:
+        new_token = second.token()
+        assert new_token != old_token
+        assert "the one an earlier `make run` printed is now revoked" in second.output()
+        wait_for(lambda: second.get("/api/v1/status", new_token)[0] == 200, timeout=60, what="the web server")
+        assert second.get("/api/v1/status", old_token)[0] == 401
+    finally:
+        second.stop()
+
+
+def test_the_banner_names_an_active_provider_and_its_model():
+    (line,) = search_mode_lines(provider="openai", model="text-embedding-3-small", dimensions=1536)
+    assert "hybrid" in line and "openai" in line and "text-embedding-3-small" in line and "1536" in line
