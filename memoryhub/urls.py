@@ -20,5 +20,6 @@ urlpatterns = [
     re_path(r"^mcp/?$", McpView.as_view(), name="mcp"),
     # The same server for MCP clients that cannot send a header: the agent's token in the URL, read-only.
     # Logs name the route ("mcp-url"), never the path, so the token is not written to them.
-    re_path(r"^mcp/(?P<url_token>[^/]+)/?$", McpView.as_view(), name="mcp-url"),
+    # Only what looks like a token (agents.authentication.TOKEN_PATTERN): any other /mcp/... stays a 404.
+    re_path(r"^mcp/(?P<url_token>mh_[A-Za-z0-9_-]{43})/?$", McpView.as_view(), name="mcp-url"),
 ]

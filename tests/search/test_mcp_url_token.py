@@ -56,11 +56,17 @@ def test_a_bad_url_token_is_refused_like_a_bad_header(falcon, live_server):
     async def work(client):
         return await client.list_tools()
 
-    for token, says in (("mh_" + "x" * 43, "Unknown token"), ("not-a-token", "Malformed token")):
-        with pytest.raises(BaseException) as caught:
-            mcp_session(f"{live_server.url}/mcp/{token}", None, work)
-        errors = [error for error in leaves(caught.value) if isinstance(error, MCPError)]
-        assert errors and errors[0].error.code == -32001 and says in errors[0].error.message
+    with pytest.raises(BaseException) as caught:
+        mcp_session(f"{live_server.url}/mcp/mh_{'x' * 43}", None, work)
+    errors = [error for error in leaves(caught.value) if isinstance(error, MCPError)]
+    assert errors and errors[0].error.code == -32001 and "Unknown token" in errors[0].error.message
+
+
+@pytest.mark.django_db
+def test_a_url_that_holds_no_token_is_not_found(client):
+    response = client.post("/mcp/not-a-token", data={"jsonrpc": "2.0", "id": 1, "method": "ping"}, content_type="application/json")
+
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
 
 
 @pytest.mark.django_db(transaction=True)

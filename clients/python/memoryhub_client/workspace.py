@@ -161,8 +161,9 @@ def _pattern_lines(path: Path) -> list[str]:
 
 
 def _spec(lines):
-    """A compiled ``GitIgnoreSpec`` of the lines (blank lines and ``#`` comments are ignored), or None."""
-    lines = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    """A compiled ``GitIgnoreSpec`` of the lines, or None when they hold no pattern (only blank lines and
+    ``#`` comments, which git ignores too; ``\\#name`` is a pattern)."""
+    lines = [line for line in lines if line.strip() and not line.startswith("#")]
     if not lines:
         return None
     try:
