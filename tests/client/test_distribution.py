@@ -92,6 +92,15 @@ def test_the_readme_example_runs_and_cites_its_note(live_server, alice):
     assert re.search(r"memory/2026-03-01\.md#L\d+-L\d+", outcome.stdout.split("Dana owns the migration.")[0])
 
 
+def test_no_module_of_the_client_imports_the_server_or_django():
+    server = r"^\s*(from|import) (django|rest_framework|celery|memoryhub|agents|indexing|search|integrations|benchmarks)\b"
+    offenders = [
+        str(path.relative_to(BASE_DIR)) for path in (CLIENT_DIR / "memoryhub_client").rglob("*.py")
+        if re.search(server, path.read_text(encoding="utf-8"), flags=re.M)
+    ]
+    assert not offenders, offenders
+
+
 def test_both_clients_carry_one_version():
     import json
     import tomllib
