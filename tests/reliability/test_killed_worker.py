@@ -56,7 +56,11 @@ def test_a_killed_workers_files_are_indexed_by_the_next_worker_within_the_lease(
             lambda: not MemoryFile.objects.filter(agent=alice.agent).exclude(state="indexed").exists(),
             timeout=60, what=f"every file indexed; second worker log:\n{second.output()}",
         )
-        assert set(IndexJob.objects.filter(pk__in=jobs).values_list("state", flat=True)) == {"done"}, killed_at
+        # A job is settled just after its last file (the same task, a moment later): wait for that too.
+        wait_for(
+            lambda: set(IndexJob.objects.filter(pk__in=jobs).values_list("state", flat=True)) == {"done"},
+            timeout=30, what=f"every job done (job {killed_at} had the killed file); second worker log:\n{second.output()}",
+        )
         for memory_file in MemoryFile.objects.filter(agent=alice.agent):
             chunks = list(Chunk.objects.filter(file=memory_file).values_list("embedding", flat=True))
             assert len(chunks) == 1 and chunks[0] is not None, memory_file.path
