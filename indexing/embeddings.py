@@ -498,6 +498,21 @@ class LocalProvider(EmbeddingProvider):
     def embed_query_windows(self, texts: list[str]) -> list[Vector]:
         return self.embed_documents(texts)  # one batch through the model
 
+    def warm_up(self) -> None:
+        """Load the model and run it once, in a process that is about to fork (the gunicorn master, the
+        Celery worker before its pool starts), so every child shares the loaded pages and none pays
+        the load on its first request. torch runs the warm-up encode on one thread: its OpenMP pool must
+        not exist yet at the fork (a pool started before fork() hangs the children's first parallel
+        region); each child starts its own on first use."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            self.embed_documents(["warm up"])
+        finally:
+            torch.set_num_threads(threads)
+
 
 # --- configured provider ---------------------------------------------------------------------------
 
@@ -583,6 +598,29 @@ def _build(identity: EmbeddingIdentity) -> EmbeddingProvider:
     if identity.provider == "fake":
         return FakeProvider(identity, latency=settings.MEMORYHUB_EMBEDDING_FAKE_LATENCY)
     raise ProviderPermanentError(f"unknown embedding provider {identity.provider!r}")
+
+
+def provider_warm_up() -> float | None:
+    """Load the configured local model now (MEMORYHUB_EMBEDDING_WARM_UP); seconds it took, or None when
+    there is nothing to warm (a remote provider, none, or warm-up off). A model that fails to load is
+    logged, not raised: the process still serves keyword search and says why on first use."""
+    if not settings.MEMORYHUB_EMBEDDING_WARM_UP:
+        return None
+    try:
+        provider = get_provider()
+    except ProviderError:
+        return None
+    if not isinstance(provider, LocalProvider):
+        return None
+    started = time.monotonic()
+    try:
+        provider.warm_up()
+    except (ProviderError, ImportError) as exc:
+        logger.warning("the local embedding model could not be loaded at start: %s", exc)
+        return None
+    took = time.monotonic() - started
+    logger.info("local embedding model %s loaded in %.1f s (before the fork: shared by the children)", provider.identity.model, took)
+    return took
 
 
 def get_provider() -> EmbeddingProvider | None:

@@ -329,6 +329,10 @@ MEMORYHUB_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_EMBEDDING_TIMEOUT", 60.0, min
 MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
     "MEMORYHUB_EMBEDDING_SEND_DIMENSIONS", "auto", ["auto", "always", "never"]
 )
+# Load the `local` model when a process starts, before it forks (the gunicorn master with
+# memoryhub/gunicorn_conf.py, the Celery worker before its pool): the first search after a start is then
+# as fast as the next, and the children share one copy of the model's pages (README, "Embedding providers").
+MEMORYHUB_EMBEDDING_WARM_UP = env_bool("MEMORYHUB_EMBEDDING_WARM_UP", True)
 # Seconds the `fake` test provider sleeps per request (0: a zero-latency embedder for benchmarks).
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
