@@ -623,6 +623,19 @@ def provider_warm_up() -> float | None:
     return took
 
 
+def provider_warm_up_child() -> None:
+    """In a process forked after ``provider_warm_up``: one encode on torch's full thread count, so the
+    first request does not pay for starting the thread pool. Nothing for other providers."""
+    if not settings.MEMORYHUB_EMBEDDING_WARM_UP:
+        return
+    try:
+        provider = get_provider()
+        if isinstance(provider, LocalProvider) and provider._model is not None:
+            provider.embed_documents(["warm up"])
+    except ProviderError as exc:
+        logger.warning("the local embedding model could not be run at start: %s", exc)
+
+
 def get_provider() -> EmbeddingProvider | None:
     """The configured provider, built once per identity and settings; None when the provider is ``none``."""
     identity = configured_identity()

@@ -43,6 +43,14 @@ def when_ready(server):
         server.log.info("local embedding model loaded in %.1f s, before the workers fork", took)
 
 
+def post_worker_init(worker):
+    """Each worker runs the shared model once before it takes requests: torch starts its thread pool
+    here rather than inside the first search."""
+    from indexing.embeddings import provider_warm_up_child
+
+    provider_warm_up_child()
+
+
 def child_exit(server, worker):
     """Prometheus multiprocess mode (docs/operations.md): drop a dead worker's live gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
