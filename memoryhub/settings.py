@@ -395,6 +395,18 @@ MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_SEARCH_QUERY_EMB
 MEMORYHUB_SEARCH_BREAKER_FAILURES = env_int("MEMORYHUB_SEARCH_BREAKER_FAILURES", 3, minimum=1)
 MEMORYHUB_SEARCH_BREAKER_COOLDOWN = env_float("MEMORYHUB_SEARCH_BREAKER_COOLDOWN", 30.0, minimum=0.1)
 
+# Optional reranking (search/rerank.py), off while MEMORYHUB_RERANK_URL is empty: the full URL of a
+# `/rerank` endpoint of the common shape (Cohere https://api.cohere.com/v2/rerank, Jina
+# https://api.jina.ai/v1/rerank, Voyage https://api.voyageai.com/v1/rerank, a TEI server's /rerank).
+# MODEL is sent as `model` (empty: TEI's shape, `texts` and no model); API_KEY as a Bearer token.
+MEMORYHUB_RERANK_URL = env_str("MEMORYHUB_RERANK_URL")
+MEMORYHUB_RERANK_MODEL = env_str("MEMORYHUB_RERANK_MODEL")
+MEMORYHUB_RERANK_API_KEY = env_str("MEMORYHUB_RERANK_API_KEY")
+# How many of the best candidates are reranked, and the seconds the call may take (never past the
+# search's deadline); on failure or timeout the unreranked order is answered and `message` says so.
+MEMORYHUB_RERANK_TOP_N = env_int("MEMORYHUB_RERANK_TOP_N", 20, minimum=2, maximum=1000)
+MEMORYHUB_RERANK_TIMEOUT = env_float("MEMORYHUB_RERANK_TIMEOUT", 1.5, minimum=0.05)
+
 # Vector index (search/vector.py, search/vector_index.py). pgvector#259: an HNSW index over every agent
 # loses recall once the query is filtered to one agent, so small agents are searched exactly and big
 # agents get a partial HNSW index of their own, built in the background by the `vector_indexes` task.
