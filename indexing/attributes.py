@@ -7,7 +7,7 @@ uses, so an agent written for that API filters here unchanged:
     {"type": "eq", "key": "project", "value": "apollo"}                 # eq ne gt gte lt lte in nin
     {"type": "and", "filters": [{...}, {"type": "or", "filters": [...]}]}
 
-Comparison semantics (documented in the README, "Attributes"):
+Comparison semantics (documented in docs/api.md, "Attributes"):
 - ``eq``/``in`` match only files that have the key with an equal value (JSON equality: 1 equals 1.0,
   "1" does not equal 1, true is not 1);
 - ``ne``/``nin`` match files whose value differs, including files without the key;

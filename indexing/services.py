@@ -213,8 +213,7 @@ def files_index(
 
 
 def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, defer_embedding: str) -> list[FileIndexOutcome]:
-    from indexing.embedding_cache import cached_vectors, embed_texts
-    from indexing.embeddings import ProviderError, ProviderTransientError, get_provider
+    from indexing.embeddings import ProviderError, get_provider
 
     transient: Exception | None = None
     try:
@@ -223,95 +222,29 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
         if provider is _DEFAULT:
             provider = get_provider()
         identity = provider.identity if provider is not None else None
-        identity_key = identity.key if identity is not None else ""
-
-        lacking_vectors: set[int] = set()
-        unchanged = [f.pk for f in files if f.indexed_hash == f.content_hash]
-        if provider is not None and unchanged:
-            lacking_vectors = set(
-                Chunk.objects.filter(file_id__in=unchanged).exclude(embedding_identity=identity_key).values_list("file_id", flat=True).distinct()
-            )
-        work: list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]] = []
-        indexed_texts: dict[str, str] = {}  # digest -> what is embedded and keyword-indexed (chunk_indexed_text)
-        for memory_file in files:
-            outcome = outcomes[memory_file.pk]
-            if memory_file.indexed_hash == memory_file.content_hash and memory_file.pk not in lacking_vectors:
-                outcome.skipped = True
-                continue
-            max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
-            title = file_title(memory_file=memory_file)
-            # The title rides in front of every chunk: together they must fit in the model's window.
-            room = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS - count_tokens(title) - 1
-            if title and max_tokens > room:
-                max_tokens = max(32, room)
-                overlap = min(overlap, max_tokens // 5)
-            spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
-            file_work = []
-            for span in spans:
-                text = chunk_indexed_text(span=span, title=title)
-                digest = text_hash(text)
-                indexed_texts[digest] = text
-                file_work.append((span, digest))
-            work.append((memory_file, file_work))
+        work, indexed_texts = _files_chunked(files=files, outcomes=outcomes, identity=identity)
 
         # Step 1: the vectors known without the provider, then the chunks, committed.
-        vectors: dict[str, object] = {}
-        missing: dict[str, str] = {}  # text hash → text, for the provider
-        cache_hits = 0
-        if provider is not None and work:
-            wanted = {digest for _, spans in work for _, digest in spans}
-            reusable = (
-                Chunk.objects.filter(
-                    agent_id__in={f.agent_id for f, _ in work}, text_hash__in=wanted, embedding_identity=identity_key
-                )
-                .exclude(embedding=None)
-                .order_by("text_hash")
-                .distinct("text_hash")
-                .values_list("text_hash", "embedding")
-            )
-            vectors.update(reusable)
-            vectors.update(cached_vectors(identity=identity, digests=sorted(wanted - vectors.keys())))
-            cache_hits = len(vectors)
-            metrics.embedding_cache_hits(kind="document", hits=cache_hits)  # embed_texts counts its own
-            for _, spans in work:
-                for span, digest in spans:
-                    if digest not in vectors and digest not in missing:
-                        missing[digest] = indexed_texts[digest]
+        vectors, cache_hits = _known_vectors(work=work, identity=identity) if provider is not None else ({}, 0)
+        missing = {  # text hash → text, for the provider
+            digest: indexed_texts[digest]
+            for _, spans in work for _, digest in spans if provider is not None and digest not in vectors
+        }
         if missing and defer_embedding:
             for memory_file, spans in work:
                 if any(digest in missing for _, digest in spans):
                     outcomes[memory_file.pk].error = defer_embedding
             missing = {}
         awaiting = _files_chunks_write(
-            files=files, outcomes=outcomes, work=work, indexed_texts=indexed_texts, vectors=vectors, identity=identity, job_id=job_id,
-            missing=missing.keys(), cache_hits=cache_hits,
+            files=files, outcomes=outcomes, work=work, indexed_texts=indexed_texts, vectors=vectors, identity=identity,
+            job_id=job_id, missing=missing.keys(), cache_hits=cache_hits,
         )
 
         # Step 2: embed what the written files lack, fill it in, settle them.
         if awaiting:
-            needed = {digest: missing[digest] for _, spans in awaiting for _, digest in spans if digest in missing}
-            embedded = hits = 0
-            batch_error = ""
-            rejected: dict[str, str] = {}
-            try:
-                result = embed_texts(provider=provider, texts=list(needed.values()))
-            except ProviderError as exc:
-                batch_error = f"embedding failed: {exc}"
-                if isinstance(exc, ProviderTransientError):
-                    transient = exc
-            else:
-                digests = list(needed)
-                vectors.update((d, v) for d, v in zip(digests, result.vectors) if v is not None)
-                rejected = {digests[i]: reason for i, reason in result.rejected.items()}
-                embedded, hits = result.embedded, result.cache_hits
-            for memory_file, spans in awaiting:
-                lacking = [digest for _, digest in spans if digest not in vectors]
-                if lacking:
-                    reasons = [rejected[d] for d in lacking if d in rejected]
-                    outcomes[memory_file.pk].error = batch_error or f"the provider rejected {len(reasons)} chunk(s): {reasons[0] if reasons else ''}"
-            _files_vectors_fill(
-                awaiting=awaiting, outcomes=outcomes, vectors={d: vectors[d] for d in needed if d in vectors},
-                identity=identity, job_id=job_id, embedded=embedded, cache_hits=hits,
+            transient = _embed_awaiting(
+                awaiting=awaiting, missing=missing, vectors=vectors, outcomes=outcomes, provider=provider,
+                identity=identity, job_id=job_id,
             )
     except Exception as exc:
         if not isinstance(exc, ProviderError):
@@ -326,6 +259,95 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
     if transient is not None and not all(o.superseded for o in result_list):
         raise transient
     return result_list
+
+
+def _files_chunked(*, files, outcomes, identity) -> tuple[list, dict[str, str]]:
+    """Each file's chunk spans with the hash of what is embedded and keyword-indexed for them, and that
+    text by hash. A file already indexed with vectors of this identity is skipped."""
+    identity_key = identity.key if identity is not None else ""
+    lacking_vectors: set[int] = set()
+    unchanged = [f.pk for f in files if f.indexed_hash == f.content_hash]
+    if identity is not None and unchanged:
+        lacking_vectors = set(
+            Chunk.objects.filter(file_id__in=unchanged).exclude(embedding_identity=identity_key).values_list("file_id", flat=True).distinct()
+        )
+    work: list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]] = []
+    indexed_texts: dict[str, str] = {}  # digest -> what is embedded and keyword-indexed (chunk_indexed_text)
+    for memory_file in files:
+        outcome = outcomes[memory_file.pk]
+        if memory_file.indexed_hash == memory_file.content_hash and memory_file.pk not in lacking_vectors:
+            outcome.skipped = True
+            continue
+        max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
+        title = file_title(memory_file=memory_file)
+        # The title rides in front of every chunk: together they must fit in the model's window.
+        room = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS - count_tokens(title) - 1
+        if title and max_tokens > room:
+            max_tokens = max(32, room)
+            overlap = min(overlap, max_tokens // 5)
+        spans, outcome.malformed_lines = file_chunk_spans(memory_file=memory_file, max_tokens=max_tokens, overlap_tokens=overlap)
+        file_work = []
+        for span in spans:
+            text = chunk_indexed_text(span=span, title=title)
+            digest = text_hash(text)
+            indexed_texts[digest] = text
+            file_work.append((span, digest))
+        work.append((memory_file, file_work))
+    return work, indexed_texts
+
+
+def _known_vectors(*, work, identity) -> tuple[dict[str, object], int]:
+    """The vectors of these chunks known without the provider: this agent's chunks with the same text,
+    then the shared EmbeddingCache. Returns (vectors by text hash, how many were found)."""
+    from indexing.embedding_cache import cached_vectors
+
+    if not work:
+        return {}, 0
+    wanted = {digest for _, spans in work for _, digest in spans}
+    vectors: dict[str, object] = dict(
+        Chunk.objects.filter(agent_id__in={f.agent_id for f, _ in work}, text_hash__in=wanted, embedding_identity=identity.key)
+        .exclude(embedding=None)
+        .order_by("text_hash")
+        .distinct("text_hash")
+        .values_list("text_hash", "embedding")
+    )
+    vectors.update(cached_vectors(identity=identity, digests=sorted(wanted - vectors.keys())))
+    metrics.embedding_cache_hits(kind="document", hits=len(vectors))  # embed_texts counts its own
+    return vectors, len(vectors)
+
+
+def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity, job_id) -> Exception | None:
+    """Step 2: embed the texts the written files lack (each once), fill their vectors in and settle
+    them. Returns the transient provider error met, if any (the caller re-raises it to retry)."""
+    from indexing.embedding_cache import embed_texts
+    from indexing.embeddings import ProviderError, ProviderTransientError
+
+    needed = {digest: missing[digest] for _, spans in awaiting for _, digest in spans if digest in missing}
+    embedded = hits = 0
+    batch_error = ""
+    transient = None
+    rejected: dict[str, str] = {}
+    try:
+        result = embed_texts(provider=provider, texts=list(needed.values()))
+    except ProviderError as exc:
+        batch_error = f"embedding failed: {exc}"
+        if isinstance(exc, ProviderTransientError):
+            transient = exc
+    else:
+        digests = list(needed)
+        vectors.update((d, v) for d, v in zip(digests, result.vectors) if v is not None)
+        rejected = {digests[i]: reason for i, reason in result.rejected.items()}
+        embedded, hits = result.embedded, result.cache_hits
+    for memory_file, spans in awaiting:
+        lacking = [digest for _, digest in spans if digest not in vectors]
+        if lacking:
+            reasons = [rejected[d] for d in lacking if d in rejected]
+            outcomes[memory_file.pk].error = batch_error or f"the provider rejected {len(reasons)} chunk(s): {reasons[0] if reasons else ''}"
+    _files_vectors_fill(
+        awaiting=awaiting, outcomes=outcomes, vectors={d: vectors[d] for d in needed if d in vectors},
+        identity=identity, job_id=job_id, embedded=embedded, cache_hits=hits,
+    )
+    return transient
 
 
 _CHUNK_COPY_COLUMNS = (

@@ -267,6 +267,38 @@ def _existing_files(*, agent: Agent, paths: list[str]) -> dict[str, MemoryFile]:
     return found
 
 
+@dataclass
+class _SyncPlan:
+    create: list[_Prepared] = field(default_factory=list)
+    update: list[tuple[_Prepared, MemoryFile]] = field(default_factory=list)  # new content
+    resource: list[tuple[_Prepared, MemoryFile]] = field(default_factory=list)  # same content, new source: index again
+    relabel: list[MemoryFile] = field(default_factory=list)  # new attributes (set on the row here): no indexing
+    needed: list[str] = field(default_factory=list)  # hash-only entries whose content the server lacks
+    unchanged: int = 0
+
+
+def _sync_plan(prepared: list[_Prepared], *, existing: dict[str, MemoryFile]) -> _SyncPlan:
+    """What the sync does with each entry, given the agent's current files of those paths."""
+    plan = _SyncPlan()
+    for item in prepared:
+        current = existing.get(item.path)
+        if current is not None and item.attributes is not None and current.attributes != item.attributes:
+            current.attributes = item.attributes
+            plan.relabel.append(current)
+        if current is None or current.content_hash != item.hash:
+            if item.content is None:
+                plan.needed.append(item.path)
+            elif current is None:
+                plan.create.append(item)
+            else:
+                plan.update.append((item, current))
+        elif current.source != item.source and (item.source_given or item.content is not None):
+            plan.resource.append((item, current))
+        else:
+            plan.unchanged += 1
+    return plan
+
+
 @lock_conflict_retry
 def workspace_sync(
     *, agent: Agent, entries: list[SyncEntry], delete_missing: bool = False, prefix: str = ""
@@ -283,27 +315,9 @@ def workspace_sync(
     outcome = SyncOutcome(job=None)
     with transaction.atomic():
         agent_lock(agent)
-        existing = _existing_files(agent=agent, paths=[p.path for p in prepared])
-        to_create: list[_Prepared] = []
-        to_update: list[tuple[_Prepared, MemoryFile]] = []
-        to_resource: list[tuple[_Prepared, MemoryFile]] = []  # same content, new source: index again
-        relabelled: list[MemoryFile] = []  # new attributes only: no indexing
-        for item in prepared:
-            current = existing.get(item.path)
-            if current is not None and item.attributes is not None and current.attributes != item.attributes:
-                current.attributes = item.attributes
-                relabelled.append(current)
-            if current is None or current.content_hash != item.hash:
-                if item.content is None:
-                    outcome.needed.append(item.path)
-                elif current is None:
-                    to_create.append(item)
-                else:
-                    to_update.append((item, current))
-            elif current.source != item.source and (item.source_given or item.content is not None):
-                to_resource.append((item, current))
-            else:
-                outcome.unchanged += 1
+        plan = _sync_plan(prepared, existing=_existing_files(agent=agent, paths=[p.path for p in prepared]))
+        to_create, to_update, to_resource, relabelled = plan.create, plan.update, plan.resource, plan.relabel
+        outcome.needed, outcome.unchanged = plan.needed, plan.unchanged
 
         doomed: list[tuple[int, str, int]] = []
         if delete_missing:

@@ -25,7 +25,8 @@ from indexing.selectors import (
     file_read_lines,
 )
 from indexing.writes import file_delete, file_ingest, hash_normalize
-from memoryhub.errors import CLIENT_ERRORS, ApiError, error_message
+from memoryhub.domain import Forbidden, InvalidInput, NotFound
+from memoryhub.errors import CLIENT_ERRORS, error_message
 from memoryhub.fields import (
     AttributeFilterField,
     AttributesField,
@@ -218,9 +219,7 @@ def tool_definitions(*, format: str, can_write: bool = False) -> list[dict]:
             annotations = {"title": TOOL_TITLES[name], **_MCP_HINTS[name], "openWorldHint": False}
             definitions.append({"name": name, "description": description, "inputSchema": schema, "annotations": annotations})
         else:
-            raise ApiError(
-                status_code=400, code="invalid_request", message=f"format must be one of {', '.join(TOOL_FORMATS)}."
-            )
+            raise InvalidInput(f"format must be one of {', '.join(TOOL_FORMATS)}.", code="invalid_request")
     return definitions
 
 
@@ -230,15 +229,13 @@ class ToolOutput:
     data: dict  # the same answer as structured JSON
 
 
-class UnknownTool(ApiError):
+class UnknownTool(NotFound):
     def __init__(self, name: str):
-        super().__init__(
-            status_code=404, code="unknown_tool", message=f"No tool {name!r}; the tools are {', '.join(TOOL_NAMES)}."
-        )
+        super().__init__(f"No tool {name!r}; the tools are {', '.join(TOOL_NAMES)}.", code="unknown_tool")
 
 
-def _invalid_arguments(message: str) -> ApiError:
-    return ApiError(status_code=400, code="invalid_arguments", message=message)
+def _invalid_arguments(message: str) -> InvalidInput:
+    return InvalidInput(message, code="invalid_arguments")
 
 
 class MemorySearchArguments(serializers.Serializer):
@@ -479,12 +476,12 @@ TOOL_RUNNERS: dict[str, Callable[..., ToolOutput]] = {
 def tool_run(*, agent: Agent, name: str, arguments: Any, can_write: bool = False) -> ToolOutput:
     """Run one tool for this agent with the arguments the model produced.
 
-    Raises ApiError: 404 ``unknown_tool``, 403 ``insufficient_scope`` (a write tool without the write
-    scope), 400 ``invalid_arguments``, 412 ``hash_mismatch`` (or the tool's own 400/404, e.g. a bad path
-    or a file that does not exist)."""
+    Raises domain errors (memoryhub/domain.py): NotFound ``unknown_tool``, Forbidden ``insufficient_scope``
+    (a write tool without the write scope), InvalidInput ``invalid_arguments``, PreconditionFailed
+    ``hash_mismatch``, or the tool's own (a bad path, a file that does not exist)."""
     runner = TOOL_RUNNERS.get(name)
     if runner is None:
         raise UnknownTool(name)
     if name not in tool_names(can_write=can_write):
-        raise ApiError(status_code=403, code="insufficient_scope", message=f"{name} needs a token with the 'write' scope.")
+        raise Forbidden(f"{name} needs a token with the 'write' scope.", code="insufficient_scope")
     return runner(agent=agent, arguments=arguments)

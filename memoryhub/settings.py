@@ -381,7 +381,7 @@ MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STAT
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score
-# times this factor; 0 = one snippet per hit. 0.7 measured best on LoCoMo (README, "Search quality").
+# times this factor; 0 = one snippet per hit. 0.7 measured best on LoCoMo (docs/search.md).
 MEMORYHUB_SEARCH_SECOND_SNIPPET = env_float("MEMORYHUB_SEARCH_SECOND_SNIPPET", 0.7, minimum=0, maximum=1)
 
 # Bounds of one search (search/deadline.py): every query it sends stops after STATEMENT_TIMEOUT_MS, and

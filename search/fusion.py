@@ -171,7 +171,7 @@ def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None
        ``second_snippet`` (MEMORYHUB_SEARCH_SECOND_SNIPPET; 0 turns this off); that result shows the
        chunk's lines not shown yet (snippets never repeat a line), or is skipped when there are none.
 
-    Measured on LoCoMo (README, "Search quality"): deferring every overlapping or touching chunk
+    Measured on LoCoMo (docs/search.md): deferring every overlapping or touching chunk
     (the previous rule) 0.754 evidence recall; near-duplicates only 0.779; plus second snippets at 0.7
     0.807 (0.5: 0.800, 0.9: 0.796).
     """

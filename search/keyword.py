@@ -95,7 +95,7 @@ def lines_lexemes(lines: list[str]) -> list[set[str]]:
 # chunk that contains a lexeme matches the OR query, so the count is the agent's true df), then each
 # match is scored. The OFFSET 0 fence keeps the planner off chunk_search_vector_gin: that index holds
 # every agent's chunks, and the bitmap of a common word's posting list at 1M chunks took 50-100 ms for a
-# 3k-5k-chunk agent, against 10-25 ms to read and filter the agent's own rows (README, "Search at
+# 3k-5k-chunk agent, against 10-25 ms to read and filter the agent's own rows (docs/benchmarks.md, "Search at
 # scale"). The file table is joined only when filters are set, after scoring, so unfiltered searches
 # never touch it and the IDF stays the agent's whatever the filter.
 _EXACT_SQL = """
@@ -183,7 +183,7 @@ def bm25_idf(*, n: int, df: int) -> float:
 # rarest first while their dfs add up to at most SCORE_BUDGET (the rarest one always), and a chunk that
 # holds none of them is not read. When every lexeme fits in the budget the result is exact BM25; when
 # the rarest alone is more common than the budget, SCORE_BUDGET of its chunks are scored. How the
-# budget was chosen: README, "Search at scale".
+# budget was chosen: docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
 SCORE_BUDGET = 2000

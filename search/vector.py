@@ -112,7 +112,7 @@ def vector_plan(*, agent_id: int, dimensions: int, identity_key: str, filters: S
         return VectorPlan("exact", reason="no HNSW index for this agent (small, or not built yet)")
     # ef_search = limit (not 2x): measured at 100k chunks for the 100 candidates memory_search asks
     # for, recall@10 vs exact 1.000 either way and recall@100 0.976 vs 0.987, in 5.9 ms instead of 9.2 ms
-    # (README, "Search at scale").
+    # (docs/benchmarks.md, "Search at scale").
     ef_search = min(EF_SEARCH_MAX, max(settings.MEMORYHUB_VECTOR_EF_SEARCH, limit))
     if filters.is_empty:
         return VectorPlan("hnsw", ef_search, reason="unfiltered")

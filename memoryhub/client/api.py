@@ -39,7 +39,7 @@ class ServerError(Exception):
 
 def write_signature(*, secret: str, method: str, path: str, query: str, body: bytes) -> str:
     """``X-MemoryHub-Signature`` for a write of an agent with a webhook secret: ``t=<Unix seconds>,v1=<hex
-    HMAC-SHA256 of "<t>.<METHOD>.<path>[?<query>]\\n" + body>`` (the server's README, "Signed writes")."""
+    HMAC-SHA256 of "<t>.<METHOD>.<path>[?<query>]\\n" + body>`` (the server's docs/api.md, "Signed writes")."""
     timestamp = int(time.time())
     target = path + (f"?{query}" if query else "")
     message = f"{timestamp}.{method.upper()}.{target}\n".encode("utf-8") + body

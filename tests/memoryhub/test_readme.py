@@ -59,7 +59,7 @@ def test_run_it_names_the_port_setting_and_the_demo_token_rotation():
 OUTSIDE_REFERENCE = re.compile(r"\.\./shared|DESIGN\.md|STYLE\.md|(?i:\bseed \d{3}\b|\bthe seeds\b|\bseeds')")
 # The one allowed kind: the benchmark's default data folder, where the README names the data's origin.
 BENCHMARK_DEFAULT = "../shared/data/"
-BENCHMARK_FILES = {"README.md", "docs/search.md", "benchmarks/management/commands/bench_search.py"}
+BENCHMARK_FILES = {"README.md", "docs/search.md", "docs/benchmarks.md", "benchmarks/management/commands/bench_search.py"}
 SKIPPED_DIRECTORIES = {".git", ".venv", "node_modules", "test-artifacts", ".pgdata", "__pycache__", "staticfiles"}
 TEXT_SUFFIXES = {".py", ".md", ".html", ".toml", ".yml", ".yaml", ".ts", ".mjs", ".json", ".txt", ".example", ""}
 
@@ -95,3 +95,15 @@ def test_the_readme_names_where_the_benchmark_data_comes_from():
     assert BENCHMARK_DEFAULT in benchmarks and "--data FILE" in benchmarks
     for origin in ("snap-research/LoCoMo", "Yale-LILY/QMSum", "etri/QMSum_SummaryEvidence"):
         assert origin in benchmarks, origin
+
+
+def test_the_readme_fits_on_a_few_screens_and_its_links_lead_somewhere():
+    assert len(README.splitlines()) <= 200, "the README is a front page; details go to docs/"
+    documents = {"README.md": README, **{f"docs/{p.name}": p.read_text() for p in (BASE_DIR / "docs").glob("*.md")}}
+    broken = []
+    for name, text in documents.items():
+        folder = (BASE_DIR / name).parent
+        for target in re.findall(r"\]\(([^)#\s]+\.(?:md|png))(?:#[^)]*)?\)", text):
+            if not target.startswith("http") and not (folder / target).exists():
+                broken.append(f"{name} → {target}")
+    assert not broken, broken

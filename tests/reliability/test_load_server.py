@@ -91,10 +91,11 @@ def test_more_clients_than_threads_get_answers_not_errors_and_connections_stay_b
 @pytest.mark.django_db(transaction=True)
 def test_an_exhausted_pool_answers_503_server_busy_and_recovers(alice, tmp_path):
     alice.client.put("/api/v1/files/notes/a.md", "The spare key is in the drawer.", content_type="text/markdown")
-    # One connection for 32 threads, and little patience: the flood must exhaust it.
+    # One connection for 32 threads, and little patience: the flood must exhaust it. One token floods,
+    # so its cap on requests in progress is off (else that cap answers 429 before the pool is reached).
     process, url = start_gunicorn(
         tmp_path, MEMORYHUB_WEB_WORKERS=1, MEMORYHUB_WEB_THREADS=32, MEMORYHUB_DB_POOL_SIZE=1,
-        MEMORYHUB_DB_POOL_TIMEOUT=0.1, MEMORYHUB_RATE_LIMIT_SEARCH="0",
+        MEMORYHUB_DB_POOL_TIMEOUT=0.1, MEMORYHUB_RATE_LIMIT_SEARCH="0", MEMORYHUB_TOKEN_MAX_CONCURRENT="0",
     )
     try:
         answers = flood(url, alice.raw_token, clients=48, seconds=4)

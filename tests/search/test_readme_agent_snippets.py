@@ -1,4 +1,4 @@
-"""The README's agent-developer snippets run as printed: against a live MemoryHub, with the model
+"""The agent-developer snippets of docs/agents.md run as printed: against a live MemoryHub, with the model
 replaced by a scripted fake that calls memory_get once and then answers with what it read."""
 
 import json
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+AGENTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 FALCON = "# Project Falcon\n\nThe launch is planned for March.\nBudget: 40k.\n"
 TOOL_ARGUMENTS = {"path": "memory/falcon.md", "from": 3, "lines": 1}
 
 
 def agent_developer_blocks(language: str) -> list[str]:
-    text = README.read_text()
-    section = text.split("## Agent developers", 1)[1].split("\n## ", 1)[0]
+    text = AGENTS_DOC.read_text()
+    section = text.split("# Agent developers", 1)[1].split("\n## ", 1)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 

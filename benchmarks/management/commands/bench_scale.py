@@ -13,7 +13,7 @@ vector half, the keyword half and — when `search.services.memory_search` exist
 to end. Query embeddings are precomputed (the embedding call is excluded). The database is dropped at
 the end unless ``--keep``.
 
-    python manage.py bench_scale                               # the README figures: 1M chunks, 1,000 agents
+    python manage.py bench_scale                               # the figures of docs/benchmarks.md: 1M chunks, 1,000 agents
     python manage.py bench_scale --chunks 20000 --agents 20 --big 8000 --min-chunks 2000   # seconds
 """
 
