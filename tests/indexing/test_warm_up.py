@@ -28,7 +28,10 @@ def test_there_is_nothing_to_warm_for_a_remote_or_no_provider():
         assert provider_warm_up() is None
 
 
-def test_warm_up_can_be_turned_off():
+def test_warm_up_can_be_turned_off(monkeypatch):
+    import indexing.embeddings as embeddings
+
+    monkeypatch.setattr(embeddings, "_providers", {})  # no provider (and model) built by an earlier test
     with override_settings(MEMORYHUB_EMBEDDING_WARM_UP=False, **LOCAL):
         assert provider_warm_up() is None
         assert get_provider()._model is None
