@@ -39,6 +39,7 @@ from indexing.states import (
     to_indexing,
     to_settled,
 )
+from indexing.tables import CHUNK
 from indexing.transcripts import chunk_transcript
 from memoryhub import metrics
 
@@ -362,7 +363,7 @@ def _chunks_copy(rows: list[tuple]) -> None:
     if not rows:
         return
     with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY indexing_chunk ({', '.join(_CHUNK_COPY_COLUMNS)}) FROM STDIN") as copy:
+        with cursor.cursor.copy(f"COPY {CHUNK} ({', '.join(_CHUNK_COPY_COLUMNS)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
 
@@ -379,7 +380,7 @@ def _chunk_vectors_fill(*, file_ids: list[int], vectors: dict, identity) -> int:
     # recompute the generated search_vector, whose input (search_text) is untouched.
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE indexing_chunk AS c SET embedding = v.embedding::vector, embedding_identity = %s, "
+            f"UPDATE {CHUNK} AS c SET embedding = v.embedding::vector, embedding_identity = %s, "
             "embedding_dimensions = %s FROM unnest(%s::text[], %s::text[]) AS v(text_hash, embedding) "
             "WHERE c.file_id = ANY(%s) AND c.text_hash = v.text_hash AND c.embedding_identity <> %s",
             [

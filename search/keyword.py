@@ -28,7 +28,12 @@ from django.conf import settings
 from django.db import connection
 
 from indexing.keyword_document import KEYWORD_CONFIG, keyword_document
+from indexing.tables import CHUNK, FILE
+from search.models import KeywordAgentStats, KeywordTermStats
 from search.types import SearchFilters
+
+TERM_STATS = KeywordTermStats._meta.db_table
+AGENT_STATS = KeywordAgentStats._meta.db_table
 
 # A pasted stretch of dialogue is a legitimate query, and its telling words may come anywhere in it:
 # keeping only its first 64 lexemes lost the keyword half 0.10 of recall on the dialogue-shaped dev set
@@ -107,7 +112,7 @@ tf AS MATERIALIZED (
            round(1.0 / (1.6449340668482264 * (1.0 - LEAST(r.rank, 0.999999)::float8)) - 0.5) AS tf
     FROM (
         SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
-        FROM indexing_chunk c
+        FROM {chunk} c
         WHERE c.agent_id = %(agent)s
         OFFSET 0
     ) m
@@ -118,7 +123,7 @@ df AS (
     SELECT i, count(*) AS df FROM tf GROUP BY i
 ),
 stats AS (
-    SELECT count(*) AS n, GREATEST(avg(token_count), 1)::float8 AS avgdl FROM indexing_chunk WHERE agent_id = %(agent)s
+    SELECT count(*) AS n, GREATEST(avg(token_count), 1)::float8 AS avgdl FROM {chunk} WHERE agent_id = %(agent)s
 ),
 idf AS (
     SELECT df.i, ln(1 + GREATEST(stats.n - df.df + 0.5, 0.5)::float8 / (df.df + 0.5)::float8) AS idf, stats.avgdl
@@ -158,7 +163,7 @@ scored AS (
             WHERE r.tf > 0) AS bm25
     FROM (
         SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
-        FROM indexing_chunk c
+        FROM {chunk} c
         WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
         {match_limit}
     ) m
@@ -206,10 +211,10 @@ WITH terms AS (
     SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
 ),
 sample AS MATERIALIZED (
-    SELECT search_vector, token_count FROM indexing_chunk WHERE agent_id = %(agent)s LIMIT %(sample)s
+    SELECT search_vector, token_count FROM {chunk} WHERE agent_id = %(agent)s LIMIT %(sample)s
 )
 SELECT t.i,
-       (SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c
+       (SELECT count(*) FROM (SELECT 1 FROM {chunk} c
                               WHERE c.agent_id = %(agent)s AND c.search_vector @@ t.q LIMIT %(cap)s) x),
        (SELECT count(*) FROM sample s WHERE s.search_vector @@ t.q),
        (SELECT count(*) FROM sample),
@@ -222,7 +227,7 @@ def _agent_size(agent_id: int, at_most: int) -> int:
     """The agent's chunk count, counted no further than ``at_most`` (cheap for small agents)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM indexing_chunk WHERE agent_id = %s LIMIT %s) x", [agent_id, at_most]
+            f"SELECT count(*) FROM (SELECT 1 FROM {CHUNK} WHERE agent_id = %s LIMIT %s) x", [agent_id, at_most]
         )
         return cursor.fetchone()[0]
 
@@ -231,10 +236,10 @@ def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], in
     """(df per term, N, average chunk length) for a large agent without keyword stats yet: dfs below
     RARE_DF_CAP counted exactly, larger ones estimated from a sample."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM indexing_chunk WHERE agent_id = %s", [agent_id])
+        cursor.execute(f"SELECT count(*) FROM {CHUNK} WHERE agent_id = %s", [agent_id])
         n = cursor.fetchone()[0]
         cursor.execute(
-            _LARGE_AGENT_STATS_SQL, {"terms": terms, "agent": agent_id, "sample": SAMPLE_CHUNKS, "cap": RARE_DF_CAP}
+            _LARGE_AGENT_STATS_SQL.format(chunk=CHUNK), {"terms": terms, "agent": agent_id, "sample": SAMPLE_CHUNKS, "cap": RARE_DF_CAP}
         )
         rows = cursor.fetchall()
     dfs = []
@@ -248,7 +253,7 @@ def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
     """Each term's df in the agent, counted no further than RARE_DF_CAP."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT (SELECT count(*) FROM (SELECT 1 FROM indexing_chunk c "
+            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {CHUNK} c "
             "        WHERE c.agent_id = %(agent)s AND c.search_vector @@ t.q LIMIT %(cap)s) x) "
             "FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i) ORDER BY t.i",
             {"terms": terms, "agent": agent_id, "cap": RARE_DF_CAP},
@@ -263,9 +268,9 @@ def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> tuple
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT a.chunks, a.avg_tokens, "
-            "(SELECT json_object_agg(t.lexeme, t.df) FROM search_keywordtermstats t "
+            f"(SELECT json_object_agg(t.lexeme, t.df) FROM {TERM_STATS} t "
             " WHERE t.agent_id = a.agent_id AND t.lexeme = ANY(%s)) "
-            "FROM search_keywordagentstats a WHERE a.agent_id = %s",
+            f"FROM {AGENT_STATS} a WHERE a.agent_id = %s",
             [lexemes, agent_id],
         )
         row = cursor.fetchone()
@@ -292,7 +297,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         for number, value in enumerate(filter_params):
             clause = clause.replace("%s", f"%(filter_{number})s", 1)
             params[f"filter_{number}"] = value
-        file_join = "JOIN indexing_memoryfile f ON f.id = s.file_id"
+        file_join = f"JOIN {FILE} f ON f.id = s.file_id"
         file_where = f"WHERE {clause}"
 
     large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
@@ -300,7 +305,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     if plan is None and _agent_size(agent_id, large_from + 1) > large_from:
         plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
     if plan is None:
-        sql = _EXACT_SQL.format(file_join=file_join, file_where=file_where)
+        sql = _EXACT_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -317,7 +322,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         searched = [kept[j] for j in chosen]
         params.update(idfs=idfs, avgdl=avgdl, query=" | ".join(terms[i] for i in searched))
         match_limit = f"LIMIT {int(SCORE_BUDGET)}" if capped else ""
-        sql = _GIVEN_IDF_SQL.format(file_join=file_join, file_where=file_where, match_limit=match_limit)
+        sql = _GIVEN_IDF_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit=match_limit)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()

@@ -30,6 +30,7 @@ from django.db import connection
 from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
 from indexing.models import Chunk, MemoryFile
+from indexing.tables import CHUNK, FILE
 from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from search.fusion import Candidate, fuse, overlaps_deferred
@@ -158,7 +159,7 @@ def recency_factor(path: str, *, today: date, boost: float, half_life_days: floa
 def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM indexing_chunk WHERE agent_id = %s AND embedding_identity = %s "
+            f"SELECT EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %s AND embedding_identity = %s "
             "AND embedding IS NOT NULL)",
             [agent.pk, identity.key],
         )
@@ -170,7 +171,7 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
     their vectors are not — see indexing.services.files_index)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM indexing_memoryfile "
+            f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
             "WHERE agent_id = %s AND state = ANY(%s)",
             [agent.pk, [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]],
         )
