@@ -5,10 +5,18 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 # Two installs, each with its own stamp: `make run` needs the service, the embedded PostgreSQL and the
 # sync client; `make test` adds the dev extra (pytest, playwright, schemathesis, hypothesis, numpy, …).
+# The sync client is its own distribution (clients/python, no Django), installed editable beside the
+# service, in a second pip run (after the service's, so that an older checkout's memoryhub package,
+# which owned the script, cannot remove it), so that .venv/bin/memoryhub-client runs the checkout's code.
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
-RUN_EXTRAS := embedded,client
+RUN_EXTRAS := embedded
 TEST_EXTRAS := $(RUN_EXTRAS),dev
+CLIENT := -e './clients/python[watch]'
+CLIENT_TEST := -e './clients/python[watch,langchain,llama-index]'
+# The offline install test (tests/client/test_distribution.py) installs clients/python into a bare
+# virtualenv from these wheels (its build backend and dependency), never from the network.
+WHEELHOUSE := $(VENV)/wheelhouse
 
 .PHONY: run test install install-run install-local clean-db bench-search
 
@@ -18,14 +26,17 @@ $(BIN)/python:
 	$(PIP) install --quiet --upgrade pip
 
 # pip is not --quiet here: a first install takes a minute or more, and each package is named as it comes.
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
+$(RUN_STAMP): pyproject.toml clients/python/pyproject.toml | $(BIN)/python
 	@echo "[memoryhub] installing MemoryHub and its runtime dependencies into $(VENV) (first time: about a minute)…"
 	$(PIP) install -e '.[$(RUN_EXTRAS)]'
+	$(PIP) install $(CLIENT)
 	touch $@
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
+$(TEST_STAMP): pyproject.toml clients/python/pyproject.toml | $(BIN)/python
 	@echo "[memoryhub] installing MemoryHub with the test tools (the dev extra) into $(VENV) (first time: a few minutes)…"
 	$(PIP) install -e '.[$(TEST_EXTRAS)]'
+	$(PIP) install $(CLIENT_TEST)
+	$(PIP) download --quiet --dest $(WHEELHOUSE) 'setuptools>=61' 'pathspec>=0.12'
 	touch $@ $(RUN_STAMP)
 
 install-run: $(RUN_STAMP)

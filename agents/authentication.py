@@ -29,11 +29,12 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         raw = raw.strip()
         if scheme.lower() != "bearer" or not raw:
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.", code="invalid_token")
+        return self.authenticate_token(raw)
+
+    def authenticate_token(self, raw: str):
+        """(agent, token) for a raw token from anywhere (the header, or /mcp/<token>), or AuthenticationFailed."""
         if not TOKEN_PATTERN.match(raw):
             raise exceptions.AuthenticationFailed("Malformed token: MemoryHub tokens start with 'mh_'.", code="invalid_token")
-        return self._authenticate_token(raw)
-
-    def _authenticate_token(self, raw: str):
         digest = token_digest(raw)
         token = AgentToken.objects.select_related("agent").filter(digest=digest).first()
         # The unique-digest lookup already matched; compare again in constant time as a guard.

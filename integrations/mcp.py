@@ -1,6 +1,7 @@
 """MCP over streamable HTTP at ``/mcp``: memory_search and memory_get for MCP clients.
 
-Stateless on purpose: every POST carries the agent's bearer token and is answered in its own JSON
+Stateless on purpose: every POST carries the agent's bearer token (or, for MCP clients that cannot send
+a header, has it in the URL: ``/mcp/<token>``, read-only) and is answered in its own JSON
 response (no session id, no server-initiated stream; ``GET`` is 405, which the transport allows), so any
 web process can answer any request and nothing has to be kept between them.
 
@@ -85,11 +86,11 @@ class McpError(Exception):
 class McpView(View):
     http_method_names = ["get", "post", "delete", "options"]
 
-    def get(self, request):
+    def get(self, request, url_token=None):
         # No server-initiated stream: the transport lets a server refuse it with 405.
         return self._not_allowed()
 
-    def delete(self, request):
+    def delete(self, request, url_token=None):
         return self._not_allowed()  # no sessions to terminate
 
     def options(self, request, *args, **kwargs):
@@ -99,11 +100,11 @@ class McpView(View):
     def _not_allowed() -> JsonResponse:
         return _http_error(405, INVALID_REQUEST, "Method not allowed: send JSON-RPC messages with POST.", headers={"Allow": "POST"})
 
-    def post(self, request):
+    def post(self, request, url_token=None):
         refusal = self._check_origin(request)
         if refusal is not None:
             return refusal
-        outcome = self._authenticate(request)
+        outcome = self._authenticate(request, url_token=url_token)
         if isinstance(outcome, JsonResponse):
             return outcome
         agent, token = outcome
@@ -160,10 +161,18 @@ class McpView(View):
         return _http_error(403, FORBIDDEN, f"Origin {origin!r} is not allowed.")
 
     @staticmethod
-    def _authenticate(request):
+    def _authenticate(request, *, url_token: str | None):
+        """The header's token, or the URL's (``/mcp/<token>``) for clients that cannot send a header.
+
+        A URL is copied into config files, proxy logs and screenshots more easily than a header, so a
+        token in the URL only reads: the write tools are neither listed nor run, whatever its scopes.
+        """
         challenge = {"WWW-Authenticate": 'Bearer realm="memoryhub"'}
+        authentication = AgentTokenAuthentication()
+        if url_token is not None and request.headers.get("Authorization"):
+            return _http_error(400, INVALID_REQUEST, "Send the token once: in the Authorization header or in the URL, not both.")
         try:
-            outcome = AgentTokenAuthentication().authenticate(request)
+            outcome = authentication.authenticate_token(url_token) if url_token is not None else authentication.authenticate(request)
         except exceptions.AuthenticationFailed as exc:
             return _http_error(401, UNAUTHORIZED, str(exc.detail), headers=challenge)
         if outcome is None:
@@ -171,7 +180,8 @@ class McpView(View):
         agent, token = outcome
         if not token.has_scope(AgentToken.Scope.READ):
             return _http_error(403, FORBIDDEN, "This token lacks the 'read' scope.")
-        agent.token_can_write = token.has_scope(AgentToken.Scope.WRITE)  # the write tools need it
+        # The write tools need the write scope, and the header: see the docstring.
+        agent.token_can_write = token.has_scope(AgentToken.Scope.WRITE) and url_token is None
         return agent, token
 
     # --- JSON-RPC ------------------------------------------------------------------------------

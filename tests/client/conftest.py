@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryhub.client.cli import main
+from memoryhub_client.cli import main
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from memoryhub.client.api import ApiClient, ServerError
+from memoryhub_client.api import ApiClient, ServerError
 
 
 @pytest.fixture
@@ -93,3 +93,20 @@ def test_a_server_that_is_not_memoryhub_is_named(scripted_server):
 
     with pytest.raises(ServerError, match="not JSON"):
         client.status()
+
+
+def test_an_append_is_repeated_only_when_nothing_can_have_been_written(scripted_server):
+    """After a 500 an append may have landed: repeating it would add the text twice. A 503 (write
+    conflict, nothing written) is asked again."""
+    written = json.dumps({"path": "log.md", "hash": "0" * 64, "size": 3, "status": "pending", "job": 1}).encode()
+    scripted_server.replies.extend([
+        (503, error("write_conflict", "Try again."), {"Retry-After": "0"}),
+        (200, written, {}),
+        (500, error("server_error", "Internal server error."), {}),
+    ])
+    client = ApiClient(url=scripted_server.url, token="mh_x", retry_delays=(0.01, 0.01))
+
+    assert client.file_append(path="log.md", text="one")["job"] == 1
+    with pytest.raises(ServerError, match="500 server_error"):
+        client.file_append(path="log.md", text="two")
+    assert scripted_server.seen == ["POST /api/v1/files/log.md/append"] * 3

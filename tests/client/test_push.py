@@ -14,7 +14,7 @@ from indexing import paths as server_paths
 from indexing.embeddings import FakeProvider
 from indexing.models import IndexJob, MemoryFile
 from indexing.writes import file_ingest
-from memoryhub.client import workspace
+from memoryhub_client import workspace
 from tests.client.conftest import write
 
 
@@ -147,10 +147,43 @@ def test_excluded_files_are_not_pushed_and_leave_the_server_when_newly_excluded(
         ("/scratch", "scratch", True, True),
         ("/scratch", "x/scratch", True, False),
         ("MEMORY.md", "memory/MEMORY.md.bak", False, False),
+        ("notes/**/secret.md", "notes/a/b/secret.md", False, True),  # ** spans folders
+        ("**/tmp", "x/y/tmp", True, True),
+        ("doc/*.md", "doc/sub/a.md", False, False),  # * never crosses a /
+        ("\\#not-a-comment.md", "#not-a-comment.md", False, True),
     ],
 )
-def test_exclude_patterns_follow_the_simple_gitignore_forms(pattern, path, is_directory, excluded):
+def test_exclude_patterns_follow_gitignore(pattern, path, is_directory, excluded):
     assert workspace.Excludes((pattern,)).match(path, is_directory=is_directory) is excluded
+
+
+def test_a_negation_re_includes_and_the_last_matching_rule_wins():
+    excludes = workspace.Excludes(("*.md", "!keep.md", "notes/keep.md"))
+    assert excludes.match("a.md", is_directory=False)
+    assert not excludes.match("keep.md", is_directory=False)
+    assert excludes.match("notes/keep.md", is_directory=False)
+
+
+def test_the_workspaces_gitignore_files_are_read_each_relative_to_its_folder(hub, tmp_path):
+    root = make_workspace(tmp_path / "ws")
+    write(root, ".gitignore", "# build output\nout/\n*.csv\n")
+    write(root, "out/report.md", "generated\n")
+    write(root, "data/table.csv", "a,b\n")
+    write(root, "notes/.gitignore", "scratch.md\n!important.csv\n")
+    write(root, "notes/scratch.md", "scratch\n")
+    write(root, "notes/important.csv", "x,y\n")
+    write(root, "scratch.md", "only notes/.gitignore names scratch.md, and only in notes/\n")
+    write(root, ".memoryhubignore", "!data/table.csv\n")  # .memoryhubignore overrides .gitignore
+
+    outcome = hub("push", root, "-v")
+    pushed = set(server_files(hub.member.agent))
+    without_gitignore = hub("push", root, "--no-gitignore", "--keep-deleted")
+
+    assert outcome.code == 0, outcome.err
+    assert {"scratch.md", "notes/important.csv", "data/table.csv"} <= pushed
+    assert not {"out/report.md", "notes/scratch.md"} & pushed
+    assert "notes/scratch.md  (excluded)" in outcome.err
+    assert without_gitignore.code == 0 and "2 uploaded" in without_gitignore.out
 
 
 def test_watch_ignores_changes_inside_excluded_folders():
@@ -333,10 +366,10 @@ def test_url_and_token_come_from_the_environment(hub, run_client, monkeypatch, t
 
 def test_python_dash_m_and_the_console_script_run_the_client(hub, tmp_path):
     entry_points = importlib.metadata.entry_points(group="console_scripts", name="memoryhub-client")
-    assert [ep.value for ep in entry_points] == ["memoryhub.client.cli:main"]
+    assert [ep.value for ep in entry_points] == ["memoryhub_client.cli:main"]
 
     process = subprocess.run(
-        [sys.executable, "-m", "memoryhub.client", "push", str(make_workspace(tmp_path / "ws")), "--url", hub.url],
+        [sys.executable, "-m", "memoryhub_client", "push", str(make_workspace(tmp_path / "ws")), "--url", hub.url],
         env={**os.environ, "MEMORYHUB_TOKEN": "mh_wrong"}, capture_output=True, text=True, timeout=60,
     )
 

@@ -31,7 +31,7 @@ def test_watch_pushes_at_start_then_once_per_burst_of_changes_until_ctrl_c(hub, 
     root = tmp_path / "ws"
     write(root, "MEMORY.md", "# Memory\n\nfirst version\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "memoryhub.client", "watch", str(root), "--url", hub.url, "--debounce", "2"],
+        [sys.executable, "-m", "memoryhub_client", "watch", str(root), "--url", hub.url, "--debounce", "2"],
         env={**os.environ, "MEMORYHUB_TOKEN": hub.member.raw_token, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -14,7 +14,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ["memoryhub", "agents", "indexing", "search", "tests"]
 # Read by the code but not MemoryHub settings: set by tools, not by operators.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "CI", "HOME", "PATH", "HF_HUB_OFFLINE", "TIKTOKEN_CACHE_DIR"}
-# Read by the sync client (memoryhub/client/) on the agent's host, never by the server: .env.example is
+# Read by the sync client (clients/python/) on the agent's host, never by the server: .env.example is
 # the server's environment (docker-compose's env_file), and an agent's token does not belong there.
 CLIENT_VARIABLES = {"MEMORYHUB_URL", "MEMORYHUB_TOKEN", "MEMORYHUB_WEBHOOK_SECRET"}
 ENV_READ = re.compile(

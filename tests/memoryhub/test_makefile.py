@@ -26,7 +26,13 @@ def dry_run(target: str, tmp_path: Path) -> list[str]:
 
 
 def pip_installs(commands: list[str]) -> list[str]:
-    return [c for c in commands if re.search(r"-m pip .*install -e ", c)]
+    """The installs of the service (`pip install -e '.[extras]'`)."""
+    return [c for c in commands if re.search(r"-m pip .*install -e '\.\[", c)]
+
+
+def client_installs(commands: list[str]) -> list[str]:
+    """The installs of the Python client, a distribution of its own (clients/python)."""
+    return [c for c in commands if re.search(r"-m pip .*install -e '\./clients/python\[", c)]
 
 
 def extras(command: str) -> set[str]:
@@ -42,13 +48,19 @@ def test_make_run_installs_the_runtime_only_and_shows_progress(tmp_path):
     announcement = commands.index(installs[0]) - 1
     assert "installing" in commands[announcement] and commands[announcement].startswith("echo")
     assert commands[-1].endswith("-m memoryhub.run")
+    # .venv/bin/memoryhub-client (the README's command) comes from the client's own install, after the service's.
+    [client] = client_installs(commands)
+    assert commands.index(client) > commands.index(installs[0]) and "watch" in client
 
 
 def test_make_test_installs_the_dev_extra_on_top_of_the_runtime(tmp_path):
     run_extras = extras(pip_installs(dry_run("run", tmp_path))[0])
-    installs = pip_installs(dry_run("test", tmp_path))
+    commands = dry_run("test", tmp_path)
+    installs = pip_installs(commands)
     assert len(installs) == 1
     assert extras(installs[0]) >= run_extras | {"dev"}
+    [client] = client_installs(commands)
+    assert {"watch", "langchain", "llama-index"} <= set(re.search(r"python\[([^\]]*)\]", client).group(1).split(","))
 
 
 def test_run_and_test_keep_separate_stamps(tmp_path):

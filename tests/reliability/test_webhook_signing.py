@@ -100,7 +100,7 @@ def test_agents_without_a_secret_write_unsigned(alice):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_sync_client_signs_its_sync_and_its_deletes(signed, live_server, tmp_path):
-    from memoryhub.client.api import ApiClient
+    from memoryhub_client.api import ApiClient
 
     client = ApiClient(url=live_server.url, token=signed.raw_token, webhook_secret=SECRET, retry_delays=())
     client.sync(files=[{"path": "notes/a.md", "content": "hello"}, {"path": "notes/b.md", "content": "bye"}])

@@ -18,16 +18,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memoryhub.client.api import ApiClient
-from memoryhub.client.progress import Progress
-from memoryhub.client.workspace import (
-    DEFAULT_MAX_FILE_BYTES, UNREADABLE, Excludes, LocalFile, UnreadableFile, read_text, workspace_scan,
+from memoryhub_client.api import ApiClient
+from memoryhub_client.limits import (
+    DEFAULT_BATCH_BYTES, DEFAULT_BATCH_FILES, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_SYNC_FILES,
+)
+from memoryhub_client.progress import Progress
+from memoryhub_client.workspace import (
+    UNREADABLE, Excludes, LocalFile, UnreadableFile, read_text, workspace_scan,
 )
 
-DEFAULT_BATCH_FILES = 500
-DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # JSON body per upload request; the server accepts 64 MB by default
-DEFAULT_MAX_SYNC_FILES = 10_000  # the server's MEMORYHUB_MAX_SYNC_FILES default
-PROGRESS_MINIMUM_FILES = 200  # smaller pushes finish before a bar would be readable
 
 
 @dataclass
@@ -39,6 +38,7 @@ class PushOptions:
     batch_bytes: int = DEFAULT_BATCH_BYTES
     max_sync_files: int = DEFAULT_MAX_SYNC_FILES
     exclude: tuple[str, ...] = ()  # --exclude patterns, added to the workspace's .memoryhubignore
+    gitignore: bool = True  # also leave out what the workspace's .gitignore files ignore
 
 
 @dataclass
@@ -94,7 +94,7 @@ def workspace_push(*, client: ApiClient, root: Path, options: PushOptions, progr
     started = time.monotonic()
     progress = progress or Progress(enabled=False)
     scope = _scope(options.prefix)
-    excludes = Excludes.of_workspace(root, options.exclude)  # read on every push: the file may have changed
+    excludes = Excludes.of_workspace(root, options.exclude, gitignore=options.gitignore)  # read on every push: the file may have changed
     scan = workspace_scan(
         root=root, prefix=scope, max_file_bytes=options.max_file_bytes, progress=progress, excludes=excludes
     )

@@ -5,15 +5,13 @@ a whole sync: a path is sent only if the server would accept it, as the same nor
 file only if it is UTF-8 text without NUL bytes and under the per-file size limit. Everything else is
 skipped locally and counted with its reason. Hidden entries (``.git``, ``.env``, editor swap files)
 and vendor folders are not even walked: they are where secrets and thousands of irrelevant files live.
-The user's own exclusions (``--exclude`` and a ``.memoryhubignore`` file, see ``Excludes``) are
-treated the same way: excluded folders are not walked, excluded files are listed as "excluded".
-
-This module is standard library only: the client must not need Django to run.
+The user's own exclusions (``.gitignore`` files, ``.memoryhubignore`` and ``--exclude``, see
+``Excludes``) are treated the same way: excluded folders are not walked, excluded files are listed as
+"excluded".
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import os
 import posixpath
@@ -24,10 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memoryhub.client.progress import Progress
+from memoryhub_client.errors import ConfigError
+from memoryhub_client.limits import DEFAULT_MAX_FILE_BYTES
+from memoryhub_client.progress import Progress
 
-# The server's defaults (MEMORYHUB_MAX_FILE_BYTES); a server with a lower limit answers 413 and says so.
-DEFAULT_MAX_FILE_BYTES = 5 * 1024 * 1024
 
 SESSION_EXTENSION = "jsonl"
 # The same list as indexing.paths.WORKSPACE_EXTENSIONS (a test keeps the two equal).
@@ -63,7 +61,8 @@ UNREADABLE = "unreadable"
 DUPLICATE = "duplicate path"
 EXCLUDED = "excluded"
 
-IGNORE_FILE = ".memoryhubignore"  # in the workspace root: one --exclude pattern per line, # comments
+IGNORE_FILE = ".memoryhubignore"  # in the workspace root: .gitignore syntax, one pattern per line
+GITIGNORE_FILE = ".gitignore"  # in the root and any folder; --no-gitignore leaves them unread
 
 
 @dataclass(frozen=True)
@@ -98,41 +97,46 @@ def is_ignored_directory(name: str) -> bool:
     return name.startswith(".") or name in VENDOR_DIRECTORIES
 
 
-@dataclass(frozen=True)
 class Excludes:
-    """The user's exclusions, in .gitignore's simple forms (no ``!`` negation, no nested files):
+    """What the user keeps out of a push, read exactly as git reads ignore files (``pathspec``'s
+    ``GitIgnoreSpec``): ``*.log``, ``drafts/``, ``/scratch``, ``notes/**/private``, ``!keep.md``.
 
-    - ``drafts`` or ``*.log``: a file or folder of that name at any depth;
-    - ``notes/private/*.md`` or ``/scratch``: a path from the workspace root (it contains a ``/``);
-    - a trailing ``/`` (``build/``): folders only.
-
-    An excluded file counts as absent: a push that deletes missing files removes it from the server.
+    The rules come from, lowest precedence first: the workspace's ``.gitignore`` files (the root's and
+    those in sub-folders, each relative to its folder, deeper ones winning), then ``.memoryhubignore``
+    in the root, then ``--exclude``. The last rule that matches decides, so ``!notes/plan.md`` in
+    ``.memoryhubignore`` sends a file that ``.gitignore`` hides. As in git, a file inside an excluded
+    folder cannot be re-included (the folder is not walked). An excluded file counts as absent: a push
+    that deletes missing files removes it from the server.
     """
 
-    patterns: tuple[str, ...] = ()
+    def __init__(self, patterns: tuple[str, ...] | list[str] = (), *, root: Path | None = None, gitignore: bool = False):
+        self.root = root
+        self.gitignore = gitignore and root is not None
+        self._own = _spec(patterns)  # .memoryhubignore and --exclude, relative to the root
+        self._gitignores: dict[str, object | None] = {}  # folder ("" for the root) → its .gitignore's spec
 
     @classmethod
-    def of_workspace(cls, root: Path, extra: tuple[str, ...] | list[str] = ()) -> Excludes:
-        """``extra`` (from --exclude) plus the patterns of the workspace's .memoryhubignore, if any."""
-        patterns = [p.strip() for p in extra if p.strip()]
-        try:
-            lines = (root / IGNORE_FILE).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            lines = []
-        patterns += [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-        return cls(tuple(patterns))
+    def of_workspace(cls, root: Path, extra: tuple[str, ...] | list[str] = (), *, gitignore: bool = True) -> Excludes:
+        """``.memoryhubignore``'s patterns, then ``extra`` (from --exclude), and the .gitignore files."""
+        return cls([*_pattern_lines(root / IGNORE_FILE), *extra], root=root, gitignore=gitignore)
 
     def match(self, relative: str, *, is_directory: bool) -> bool:
+        """Whether this path (a folder when ``is_directory``) is excluded by a rule of its own; the
+        folders it is in are checked by the walk, or by ``covers``."""
         relative = relative.replace(os.sep, "/").strip("/")
-        name = relative.rsplit("/", 1)[-1]
-        for pattern in self.patterns:
-            if pattern.endswith("/") and not is_directory:
-                continue
-            anchored = "/" in pattern.rstrip("/")
-            body = pattern.strip("/")
-            if body and fnmatch.fnmatchcase(relative if anchored else name, body):
-                return True
-        return False
+        excluded = None
+        if self.gitignore:
+            parts = relative.split("/")
+            for depth in range(len(parts)):  # the root's .gitignore first, the deepest folder's last
+                folder = "/".join(parts[:depth])
+                spec = self._gitignore(folder)
+                if spec is not None:
+                    decision = _decide(spec, "/".join(parts[depth:]), is_directory)
+                    excluded = decision if decision is not None else excluded
+        if self._own is not None:
+            decision = _decide(self._own, relative, is_directory)
+            excluded = decision if decision is not None else excluded
+        return bool(excluded)
 
     def covers(self, relative: str) -> bool:
         """Whether a path, or any folder it is in, is excluded (for watch events: file or folder)."""
@@ -142,6 +146,37 @@ class Excludes:
         return any(self.match(folder, is_directory=True) for folder in folders) or (
             self.match(leaf, is_directory=False) or self.match(leaf, is_directory=True)
         )
+
+    def _gitignore(self, folder: str):
+        if folder not in self._gitignores:
+            self._gitignores[folder] = _spec(_pattern_lines(self.root / folder / GITIGNORE_FILE))
+        return self._gitignores[folder]
+
+
+def _pattern_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _spec(lines):
+    """A compiled ``GitIgnoreSpec`` of the lines, or None when they hold no pattern (only blank lines and
+    ``#`` comments, which git ignores too; ``\\#name`` is a pattern)."""
+    lines = [line for line in lines if line.strip() and not line.startswith("#")]
+    if not lines:
+        return None
+    try:
+        import pathspec  # only push and watch read ignore rules: search and pull start without it
+    except ImportError:
+        raise ConfigError("the ignore rules need the pathspec package, a dependency of memoryhub-client: pip install pathspec") from None
+
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _decide(spec, relative: str, is_directory: bool) -> bool | None:
+    """True (excluded), False (re-included by a ``!`` rule) or None (no rule of ``spec`` matched)."""
+    return spec.check_file(relative + "/" if is_directory else relative).include
 
 
 def _extension(name: str) -> str:

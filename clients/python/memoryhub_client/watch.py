@@ -29,7 +29,7 @@ class ChangeCollector:
         self.last_change: float | None = None
 
     def relevant(self, event) -> bool:
-        from memoryhub.client.workspace import is_ignored
+        from memoryhub_client.workspace import is_ignored
 
         if event.event_type not in CONTENT_EVENTS:
             return False
@@ -65,6 +65,7 @@ def workspace_watch(
     stop: threading.Event | None = None,
     on_ready: Callable[[], None] | None = None,
     exclude: tuple[str, ...] = (),
+    gitignore: bool = True,
 ) -> None:
     """Run ``push`` now and after every settled change, until ``stop`` is set or Ctrl-C.
 
@@ -74,9 +75,9 @@ def workspace_watch(
     from watchdog.observers import Observer  # optional dependency: the CLI checks it is installed
 
     stop = stop or threading.Event()
-    from memoryhub.client.workspace import Excludes
+    from memoryhub_client.workspace import Excludes
 
-    collector = ChangeCollector(root, Excludes.of_workspace(Path(root), exclude))
+    collector = ChangeCollector(root, Excludes.of_workspace(Path(root), exclude, gitignore=gitignore))
     observer = Observer()
     observer.schedule(collector, collector.root, recursive=True)
     observer.start()  # before the first push, so a change made while it runs is not missed

@@ -1,32 +1,26 @@
-"""``memoryhub-client`` / ``python -m memoryhub.client``: push, watch and search an agent's memory.
+"""``memoryhub-client`` / ``python -m memoryhub_client``: push, watch, pull and search an agent's memory.
 
 Exit codes: 0 done; 1 the server refused or could not be reached (its message is printed, never a
 traceback); 2 usage or configuration error (bad flag, no token, no such directory); 130 interrupted.
 The server and token come from --url/--token or MEMORYHUB_URL/MEMORYHUB_TOKEN, set on the agent's host
 (they are client settings, not server settings, which is why .env.example does not list them).
+
+Start-up matters (an agent may call ``search`` once per turn): this module imports only argparse at
+the top; each command imports what it needs (the HTTP layer, pathspec, watchdog) when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
-from memoryhub.client.api import ApiClient, ConfigError, ServerError
-from memoryhub.client.progress import Progress
-from memoryhub.client.push import (
-    DEFAULT_BATCH_BYTES,
-    DEFAULT_BATCH_FILES,
-    DEFAULT_MAX_SYNC_FILES,
-    PROGRESS_MINIMUM_FILES,
-    PushOptions,
-    PushResult,
-    workspace_push,
+from memoryhub_client import __version__
+from memoryhub_client.errors import ConfigError, ServerError
+from memoryhub_client.limits import (
+    DEFAULT_BATCH_BYTES, DEFAULT_BATCH_FILES, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_SYNC_FILES, PROGRESS_MINIMUM_FILES,
 )
-from memoryhub.client.workspace import DEFAULT_MAX_FILE_BYTES
 
 PROG = "memoryhub-client"
 DEFAULT_URL = "http://127.0.0.1:8000"  # where `make run` serves
@@ -54,6 +48,18 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _json_object(raw: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {raw!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object: {raw!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     connection = argparse.ArgumentParser(add_help=False)
     group = connection.add_argument_group("server")
@@ -69,9 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--keep-deleted", action="store_true", help="do not delete server files that are gone locally")
     group.add_argument(
         "--exclude", action="append", default=[], metavar="PATTERN",
-        help="leave out files or folders matching PATTERN (repeatable; also read from DIR/.memoryhubignore): "
-        "'*.log' or 'drafts' at any depth, 'notes/private/*' from the workspace root, 'build/' folders only",
+        help="leave out files or folders matching PATTERN, in .gitignore syntax (repeatable; also read from "
+        "DIR/.memoryhubignore and the workspace's .gitignore files): '*.log', 'drafts/', '/scratch', '!keep.md'",
     )
+    group.add_argument("--no-gitignore", dest="gitignore", action="store_false",
+                       help="do not read the workspace's .gitignore files (.memoryhubignore and --exclude still apply)")
     group.add_argument("--webhook-secret", help="the agent's webhook secret, if it has one (default: $MEMORYHUB_WEBHOOK_SECRET)")
     group.add_argument("--max-file-bytes", type=_positive_int, default=DEFAULT_MAX_FILE_BYTES,
                        help="skip larger files (default: the server's default limit, 5 MB)")
@@ -84,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="never draw it")
     group.add_argument("-v", "--verbose", action="store_true", help="list skipped and deleted files")
 
-    parser = argparse.ArgumentParser(prog=PROG, description="Push, watch and search an agent's memory on a MemoryHub server.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{push,watch,search}")
+    parser = argparse.ArgumentParser(prog=PROG, description="Push, watch, pull and search an agent's memory on a MemoryHub server.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{push,watch,pull,search}")
 
     push = commands.add_parser("push", parents=[syncing, connection], help="upload what changed in a workspace, once")
     push.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -95,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     watch = commands.add_parser("watch", parents=[syncing, connection], help="push now and on every change, until Ctrl-C")
     watch.add_argument("--debounce", type=_seconds, default=1.5, help="quiet seconds before a push (default 1.5)")
 
+    pull = commands.add_parser("pull", parents=[connection], help="write the agent's files from the server into a folder")
+    pull.add_argument("dir", type=Path, help="where to write them (created if missing)")
+    pull.add_argument("--prefix", default="", help="only the server folder PREFIX, written relative to it (as push --prefix)")
+    pull.add_argument("--force", action="store_true", help="overwrite local files whose content differs from the server's")
+    pull.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    pull.add_argument("-v", "--verbose", action="store_true", help="list written and kept files")
+
     search = commands.add_parser("search", parents=[connection], help="search the agent's memory")
     search.add_argument("query")
     search.add_argument("-n", "--max-results", type=_positive_int, help="at most this many results (server default 6)")
@@ -102,11 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--mode", choices=SEARCH_MODES)
     search.add_argument("--source", dest="sources", action="append", choices=SOURCES, help="only this source (repeatable)")
     search.add_argument("--path-prefix", help="only files under this path")
+    search.add_argument("--since", dest="modified_since", help="only files modified since (ISO 8601 or Unix seconds)")
+    search.add_argument("--until", dest="modified_until", help="only files modified until (ISO 8601 or Unix seconds)")
+    search.add_argument("--filters", type=_json_object, help="a filter on the files' attributes, as JSON: "
+                        '\'{"type": "eq", "key": "project", "value": "falcon"}\' (docs/api.md, "Attributes")')
     search.add_argument("--json", action="store_true", help="print the server's JSON answer")
     return parser
 
 
-def _client(args, *, with_secret: bool = False) -> ApiClient:
+def _client(args, *, with_secret: bool = False):
+    from memoryhub_client.api import ApiClient
+
     url = args.url or os.environ.get("MEMORYHUB_URL") or DEFAULT_URL
     token = args.token or os.environ.get("MEMORYHUB_TOKEN") or ""
     secret = (getattr(args, "webhook_secret", None) or os.environ.get("MEMORYHUB_WEBHOOK_SECRET") or "") if with_secret else ""
@@ -123,21 +145,25 @@ def _workspace(args) -> Path:
     return root.resolve()
 
 
-def _push_options(args) -> PushOptions:
+def _push_options(args):
+    from memoryhub_client.push import PushOptions
+
     return PushOptions(
         prefix=args.prefix, delete_missing=not args.keep_deleted, max_file_bytes=args.max_file_bytes,
         batch_files=args.batch_files, batch_bytes=args.batch_bytes, max_sync_files=args.max_sync_files,
-        exclude=tuple(args.exclude),
+        exclude=tuple(args.exclude), gitignore=args.gitignore,
     )
 
 
-def _progress(args) -> Progress:
+def _progress(args):
+    from memoryhub_client.progress import Progress
+
     if args.progress is None:
         return Progress(enabled=sys.stderr.isatty(), minimum_total=PROGRESS_MINIMUM_FILES)
     return Progress(enabled=args.progress)
 
 
-def _report_details(result: PushResult, *, verbose: bool) -> None:
+def _report_details(result, *, verbose: bool) -> None:
     if result.kept_server_files:
         print(f"{PROG}: no files to push here, so nothing was deleted on the server", file=sys.stderr)
     if verbose:
@@ -147,7 +173,9 @@ def _report_details(result: PushResult, *, verbose: bool) -> None:
             print(f"deleted  {path}", file=sys.stderr)
 
 
-def _wait_until_indexed(client: ApiClient, *, timeout: float) -> int:
+def _wait_until_indexed(client, *, timeout: float) -> int:
+    import time
+
     deadline = time.monotonic() + timeout
     while True:
         status = client.status()
@@ -163,6 +191,10 @@ def _wait_until_indexed(client: ApiClient, *, timeout: float) -> int:
 
 
 def command_push(args) -> int:
+    import json
+
+    from memoryhub_client.push import workspace_push
+
     root = _workspace(args)
     client = _client(args, with_secret=True)
     result = workspace_push(client=client, root=root, options=_push_options(args), progress=_progress(args))
@@ -176,8 +208,11 @@ def command_watch(args) -> int:
     try:
         import watchdog  # noqa: F401
     except ImportError:
-        raise ConfigError("watch needs the watchdog package: pip install 'memoryhub[client]'") from None
-    from memoryhub.client.watch import workspace_watch
+        raise ConfigError("watch needs the watchdog package: pip install 'memoryhub-client[watch]'") from None
+    import time
+
+    from memoryhub_client.push import workspace_push
+    from memoryhub_client.watch import workspace_watch
 
     root = _workspace(args)
     client = _client(args, with_secret=True)
@@ -202,7 +237,8 @@ def command_watch(args) -> int:
         print(f"watching {root} (debounce {args.debounce:g} s); Ctrl-C to stop", file=sys.stderr, flush=True)
 
     try:
-        workspace_watch(root=root, push=push, debounce=args.debounce, on_ready=ready, exclude=tuple(args.exclude))
+        workspace_watch(root=root, push=push, debounce=args.debounce, on_ready=ready, exclude=tuple(args.exclude),
+                        gitignore=args.gitignore)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0
@@ -226,13 +262,37 @@ def _print_results(response: dict) -> None:
         print("note: recent changes are still being indexed; results may be incomplete", file=sys.stderr)
 
 
-def command_search(args) -> int:
+def command_pull(args) -> int:
+    import json
+
+    from memoryhub_client.pull import workspace_pull
+
+    root = args.dir.expanduser()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"not a directory: {args.dir}")
     client = _client(args)
-    body = {"query": args.query}
-    optional = {"max_results": args.max_results, "min_score": args.min_score, "mode": args.mode,
-                "sources": args.sources, "path_prefix": args.path_prefix}
-    body.update({key: value for key, value in optional.items() if value is not None})
-    response = client.search(body=body)
+    root.mkdir(parents=True, exist_ok=True)
+    result = workspace_pull(client=client, root=root, prefix=args.prefix, force=args.force)
+    if args.verbose:
+        for path in result.written:
+            print(f"written  {path}", file=sys.stderr)
+        for path in result.kept:
+            print(f"kept     {path}  (differs locally)", file=sys.stderr)
+    for path in result.refused:
+        print(f"{PROG}: refused {path!r}: it would be written outside {root}", file=sys.stderr)
+    print(json.dumps(result.as_dict(), ensure_ascii=False) if args.json else result.summary())
+    return 0
+
+
+def command_search(args) -> int:
+    import json
+
+    client = _client(args)
+    response = client.search(
+        args.query, max_results=args.max_results, min_score=args.min_score, mode=args.mode, sources=args.sources,
+        path_prefix=args.path_prefix, modified_since=args.modified_since, modified_until=args.modified_until,
+        filters=args.filters,
+    )
     if args.json:
         print(json.dumps(response, ensure_ascii=False, indent=2))
     else:
@@ -240,7 +300,7 @@ def command_search(args) -> int:
     return 0
 
 
-COMMANDS = {"push": command_push, "watch": command_watch, "search": command_search}
+COMMANDS = {"push": command_push, "watch": command_watch, "pull": command_pull, "search": command_search}
 
 
 def main(argv: list[str] | None = None) -> int:

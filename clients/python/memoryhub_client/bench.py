@@ -1,4 +1,4 @@
-"""Time the sync client against a running server: ``python -m memoryhub.client.bench --files 2000``.
+"""Time the sync client against a running server: ``python -m memoryhub_client.bench --files 2000``.
 
 Writes a synthetic agent workspace into a temporary folder (daily notes under ``memory/``, JSONL
 transcripts under ``sessions/``, plain notes under ``notes/``, ~2 kB each, deterministic), then times,
@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from memoryhub.client.api import ApiClient, ConfigError, ServerError
-from memoryhub.client.push import PushOptions, workspace_push
+from memoryhub_client.api import ApiClient
+from memoryhub_client.errors import ConfigError, ServerError
+from memoryhub_client.push import PushOptions, workspace_push
 
 WORDS = (
     "garden tomato fence invoice meeting dana river recipe budget train ticket sister birthday lamp "
@@ -72,7 +73,7 @@ def _wait_until_indexed(client: ApiClient, *, timeout: float = 600.0) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memoryhub.client.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m memoryhub_client.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--prefix", default="bench/")
     parser.add_argument("--url", default=os.environ.get("MEMORYHUB_URL", "http://127.0.0.1:8000"))

@@ -1,5 +1,0 @@
-import sys
-
-from memoryhub.client.cli import main
-
-sys.exit(main())
