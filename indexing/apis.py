@@ -49,6 +49,10 @@ class AgentStatusApi(APIView):
             model = serializers.CharField(allow_null=True)
             dimensions = serializers.IntegerField(allow_null=True)
             vector_search = serializers.BooleanField()
+            chosen = serializers.ChoiceField(
+                choices=["auto", "setting"],
+                help_text="auto: MEMORYHUB_EMBEDDING_PROVIDER=auto picked the provider at start; setting: named by the operator.",
+            )
 
         agent = serializers.CharField()
         files = serializers.IntegerField()

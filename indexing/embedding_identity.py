@@ -24,6 +24,11 @@ class EmbeddingIdentity:
         return self.provider != "none" and bool(self.dimensions)
 
 
+def provider_chosen() -> str:
+    """"auto" when MEMORYHUB_EMBEDDING_PROVIDER=auto (or unset) picked the provider at start, else "setting"."""
+    return getattr(settings, "MEMORYHUB_EMBEDDING_PROVIDER_CHOSEN", "setting")
+
+
 def configured_identity() -> EmbeddingIdentity:
     return EmbeddingIdentity(
         provider=settings.MEMORYHUB_EMBEDDING_PROVIDER,

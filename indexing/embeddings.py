@@ -213,7 +213,100 @@ class _RejectedRequest(Exception):
     """HTTP 400/413/422 for a request: maybe one bad input, maybe a bad request."""
 
 
-class OpenAIProvider(EmbeddingProvider):
+class BatchingProvider(EmbeddingProvider):
+    """What every remote provider shares: inputs cut to the model's window, requests of at most
+    ``batch_size`` inputs and ``batch_tokens`` tokens (cl100k_base), and a rejected batch split in halves
+    until the rejected inputs are isolated (see OpenAIProvider). Subclasses implement ``_request``:
+    one request (with its own retries) that raises ``_RejectedRequest`` for HTTP 400/413/422."""
+
+    batch_size: int
+    batch_tokens: int
+    max_input_tokens: int
+
+    def embed_documents(self, texts: list[str]) -> list[Vector]:
+        if not texts:
+            return []
+        inputs, token_counts = self._prepared(texts)
+        vectors: list[Vector | None] = [None] * len(texts)
+        rejected: dict[int, str] = {}
+        for batch in self._batches(token_counts):
+            self._embed_isolating(batch, inputs, token_counts, vectors, rejected)
+        if rejected:
+            raise ProviderInputsRejected(vectors, rejected)
+        return vectors  # type: ignore[return-value]
+
+    def _request(self, inputs: list[str]) -> list[Vector]:
+        raise NotImplementedError
+
+    def _validated(self, vectors: list[Vector]) -> list[Vector]:
+        """_MalformedAnswer unless the vectors are finite and all of one size; ProviderPermanentError when
+        that size is not the configured one (callers retry it all the same: only a size wrong every time
+        is a configuration error)."""
+        if len({len(vector) for vector in vectors}) > 1:
+            raise _MalformedAnswer(f"vectors of different sizes ({sorted({len(v) for v in vectors})})")
+        if not all(math.isfinite(value) for vector in vectors for value in vector):
+            raise _MalformedAnswer("a vector holds NaN or infinity")
+        self._check_dimensions(vectors)
+        return vectors
+
+    def _prepared(self, texts: list[str]) -> tuple[list[str], list[int]]:
+        encoding = get_encoding()
+        inputs, counts = [], []
+        for text in texts:
+            text = text or " "  # the APIs reject empty strings
+            tokens = encoding.encode_ordinary(text)
+            if len(tokens) > self.max_input_tokens:
+                tokens = tokens[: self.max_input_tokens]
+                text = encoding.decode(tokens)
+            inputs.append(text)
+            counts.append(len(tokens))
+        return inputs, counts
+
+    def _batches(self, token_counts: list[int]) -> list[list[int]]:
+        batches: list[list[int]] = []
+        current: list[int] = []
+        tokens = 0
+        for index, count in enumerate(token_counts):
+            if current and (len(current) >= self.batch_size or tokens + count > self.batch_tokens):
+                batches.append(current)
+                current, tokens = [], 0
+            current.append(index)
+            tokens += count
+        if current:
+            batches.append(current)
+        return batches
+
+    def _embed_isolating(self, batch, inputs, token_counts, vectors, rejected) -> None:
+        try:
+            for index, vector in zip(batch, self._request([inputs[i] for i in batch])):
+                vectors[index] = vector
+            return
+        except _RejectedRequest as exc:
+            message = str(exc)
+        if len(batch) == 1:
+            if not any(v is not None for v in vectors) and not rejected:
+                # Nothing has worked yet and this input fails alone: a bad input and a bad request (model,
+                # dimensions…) look the same here, so say the request is wrong rather than hide it.
+                raise ProviderPermanentError(f"the embedding request was rejected: {message}")
+            rejected[batch[0]] = message
+            return
+        if not any(v is not None for v in vectors) and not rejected:
+            shortest = min(batch, key=lambda i: token_counts[i])
+            try:
+                vectors[shortest] = self._request([inputs[shortest]])[0]
+            except _RejectedRequest as exc:
+                raise ProviderPermanentError(f"the embedding request was rejected: {exc}") from None
+            batch = [i for i in batch if i != shortest]
+            if not batch:
+                return
+        logger.warning("embedding batch of %d rejected (%s); splitting it to isolate the bad input", len(batch), message)
+        middle = len(batch) // 2
+        for half in (batch[:middle], batch[middle:]):
+            if half:
+                self._embed_isolating(half, inputs, token_counts, vectors, rejected)
+
+
+class OpenAIProvider(BatchingProvider):
     """Any OpenAI-compatible ``POST /embeddings`` endpoint through the official SDK.
 
     - Requests hold at most ``batch_size`` inputs and ``batch_tokens`` tokens (cl100k_base); an input
@@ -267,77 +360,9 @@ class OpenAIProvider(EmbeddingProvider):
         ):
             self.extra["dimensions"] = identity.dimensions
 
-    def embed_documents(self, texts: list[str]) -> list[Vector]:
-        if not texts:
-            return []
-        inputs, token_counts = self._prepared(texts)
-        vectors: list[Vector | None] = [None] * len(texts)
-        rejected: dict[int, str] = {}
-        for batch in self._batches(token_counts):
-            self._embed_isolating(batch, inputs, token_counts, vectors, rejected)
-        if rejected:
-            raise ProviderInputsRejected(vectors, rejected)
-        return vectors  # type: ignore[return-value]
-
     def embed_query(self, text: str) -> Vector:
         inputs, _ = self._prepared([text])
         return self._request(inputs, client=self.query_client, retry=RetryPolicy(max_retries=0))[0]
-
-    def _prepared(self, texts: list[str]) -> tuple[list[str], list[int]]:
-        encoding = get_encoding()
-        inputs, counts = [], []
-        for text in texts:
-            text = text or " "  # the API rejects empty strings
-            tokens = encoding.encode_ordinary(text)
-            if len(tokens) > self.max_input_tokens:
-                tokens = tokens[: self.max_input_tokens]
-                text = encoding.decode(tokens)
-            inputs.append(text)
-            counts.append(len(tokens))
-        return inputs, counts
-
-    def _batches(self, token_counts: list[int]) -> list[list[int]]:
-        batches: list[list[int]] = []
-        current: list[int] = []
-        tokens = 0
-        for index, count in enumerate(token_counts):
-            if current and (len(current) >= self.batch_size or tokens + count > self.batch_tokens):
-                batches.append(current)
-                current, tokens = [], 0
-            current.append(index)
-            tokens += count
-        if current:
-            batches.append(current)
-        return batches
-
-    def _embed_isolating(self, batch, inputs, token_counts, vectors, rejected) -> None:
-        try:
-            for index, vector in zip(batch, self._request([inputs[i] for i in batch])):
-                vectors[index] = vector
-            return
-        except _RejectedRequest as exc:
-            message = str(exc)
-        if len(batch) == 1:
-            if not any(v is not None for v in vectors) and not rejected:
-                # Nothing has worked yet and this input fails alone: a bad input and a bad request (model,
-                # dimensions…) look the same here, so say the request is wrong rather than hide it.
-                raise ProviderPermanentError(f"the embedding request was rejected: {message}")
-            rejected[batch[0]] = message
-            return
-        if not any(v is not None for v in vectors) and not rejected:
-            shortest = min(batch, key=lambda i: token_counts[i])
-            try:
-                vectors[shortest] = self._request([inputs[shortest]])[0]
-            except _RejectedRequest as exc:
-                raise ProviderPermanentError(f"the embedding request was rejected: {exc}") from None
-            batch = [i for i in batch if i != shortest]
-            if not batch:
-                return
-        logger.warning("embedding batch of %d rejected (%s); splitting it to isolate the bad input", len(batch), message)
-        middle = len(batch) // 2
-        for half in (batch[:middle], batch[middle:]):
-            if half:
-                self._embed_isolating(half, inputs, token_counts, vectors, rejected)
 
     def _request(self, inputs: list[str], *, client=None, retry: RetryPolicy | None = None) -> list[Vector]:
         import openai
@@ -389,12 +414,7 @@ class OpenAIProvider(EmbeddingProvider):
             vectors = [[float(value) for value in item.embedding] for item in data]
         except (TypeError, ValueError, AttributeError) as exc:
             raise _MalformedAnswer(f"{exc.__class__.__name__}: {exc}") from None
-        if len({len(vector) for vector in vectors}) > 1:
-            raise _MalformedAnswer(f"vectors of different sizes ({sorted({len(v) for v in vectors})})")
-        if not all(math.isfinite(value) for vector in vectors for value in vector):
-            raise _MalformedAnswer("a vector holds NaN or infinity")
-        self._check_dimensions(vectors)
-        return vectors
+        return self._validated(vectors)
 
 
 def _error_message(exc) -> str:
@@ -478,6 +498,21 @@ class LocalProvider(EmbeddingProvider):
     def embed_query_windows(self, texts: list[str]) -> list[Vector]:
         return self.embed_documents(texts)  # one batch through the model
 
+    def warm_up(self) -> None:
+        """Load the model and run it once, in a process that is about to fork (the gunicorn master, the
+        Celery worker before its pool starts), so every child shares the loaded pages and none pays
+        the load on its first request. torch runs the warm-up encode on one thread: its OpenMP pool must
+        not exist yet at the fork (a pool started before fork() hangs the children's first parallel
+        region); each child starts its own on first use."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            self.embed_documents(["warm up"])
+        finally:
+            torch.set_num_threads(threads)
+
 
 # --- configured provider ---------------------------------------------------------------------------
 
@@ -501,9 +536,39 @@ def _provider_key(identity: EmbeddingIdentity) -> tuple:
             settings.MEMORYHUB_EMBEDDING_SEND_DIMENSIONS,
             settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT,
         )
+    if identity.provider in _HTTP_PROVIDER_SETTINGS:
+        return (identity, *_http_provider_options(identity.provider).items())
     if identity.provider == "fake":
         return (identity, settings.MEMORYHUB_EMBEDDING_FAKE_LATENCY)
     return (identity,)
+
+
+# The key and base URL of each native HTTP provider (indexing/embedding_http.py).
+_HTTP_PROVIDER_SETTINGS = {
+    "gemini": ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
+    "voyage": ("VOYAGE_API_KEY", "VOYAGE_BASE_URL"),
+    "cohere": ("COHERE_API_KEY", "COHERE_BASE_URL"),
+    "ollama": (None, "OLLAMA_BASE_URL"),
+}
+
+
+def _http_provider_options(provider: str) -> dict:
+    key_setting, url_setting = _HTTP_PROVIDER_SETTINGS[provider]
+    return {
+        "api_key": getattr(settings, key_setting) if key_setting else "",
+        "base_url": getattr(settings, url_setting),
+        "timeout": settings.MEMORYHUB_EMBEDDING_TIMEOUT,
+        "batch_size": settings.MEMORYHUB_EMBEDDING_BATCH_SIZE,
+        "batch_tokens": settings.MEMORYHUB_EMBEDDING_BATCH_TOKENS,
+        "max_input_tokens": settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS,
+        "retry": RetryPolicy(
+            max_retries=settings.MEMORYHUB_EMBEDDING_MAX_RETRIES,
+            base_delay=settings.MEMORYHUB_EMBEDDING_RETRY_BASE_DELAY,
+            max_delay=settings.MEMORYHUB_EMBEDDING_RETRY_MAX_DELAY,
+        ),
+        "query_timeout": settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT,
+        "send_dimensions": settings.MEMORYHUB_EMBEDDING_SEND_DIMENSIONS,
+    }
 
 
 def _build(identity: EmbeddingIdentity) -> EmbeddingProvider:
@@ -524,11 +589,51 @@ def _build(identity: EmbeddingIdentity) -> EmbeddingProvider:
             send_dimensions=settings.MEMORYHUB_EMBEDDING_SEND_DIMENSIONS,
             query_timeout=settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT,
         )
+    if identity.provider in _HTTP_PROVIDER_SETTINGS:
+        from indexing.embedding_http import HTTP_PROVIDERS
+
+        return HTTP_PROVIDERS[identity.provider](identity, **_http_provider_options(identity.provider))
     if identity.provider == "local":
         return LocalProvider(identity, batch_size=min(settings.MEMORYHUB_EMBEDDING_BATCH_SIZE, 128))
     if identity.provider == "fake":
         return FakeProvider(identity, latency=settings.MEMORYHUB_EMBEDDING_FAKE_LATENCY)
     raise ProviderPermanentError(f"unknown embedding provider {identity.provider!r}")
+
+
+def provider_warm_up() -> float | None:
+    """Load the configured local model now (MEMORYHUB_EMBEDDING_WARM_UP); seconds it took, or None when
+    there is nothing to warm (a remote provider, none, or warm-up off). A model that fails to load is
+    logged, not raised: the process still serves keyword search and says why on first use."""
+    if not settings.MEMORYHUB_EMBEDDING_WARM_UP:
+        return None
+    try:
+        provider = get_provider()
+    except ProviderError:
+        return None
+    if not isinstance(provider, LocalProvider):
+        return None
+    started = time.monotonic()
+    try:
+        provider.warm_up()
+    except (ProviderError, ImportError) as exc:
+        logger.warning("the local embedding model could not be loaded at start: %s", exc)
+        return None
+    took = time.monotonic() - started
+    logger.info("local embedding model %s loaded in %.1f s (before the fork: shared by the children)", provider.identity.model, took)
+    return took
+
+
+def provider_warm_up_child() -> None:
+    """In a process forked after ``provider_warm_up``: one encode on torch's full thread count, so the
+    first request does not pay for starting the thread pool. Nothing for other providers."""
+    if not settings.MEMORYHUB_EMBEDDING_WARM_UP:
+        return
+    try:
+        provider = get_provider()
+        if isinstance(provider, LocalProvider) and provider._model is not None:
+            provider.embed_documents(["warm up"])
+    except ProviderError as exc:
+        logger.warning("the local embedding model could not be run at start: %s", exc)
 
 
 def get_provider() -> EmbeddingProvider | None:

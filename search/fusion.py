@@ -49,14 +49,19 @@ class Candidate:
     vector_score: float | None = None  # cosine similarity, 0..1
     keyword_rank: int | None = None
     keyword_score: float | None = None  # BM25 scaled to the query's best hit, 0..1
+    rerank_rank: int | None = None  # 1-based rank given by the optional reranker (search/rerank.py)
+    rerank_score: float | None = None
 
     def explain(self) -> dict:
-        return {
+        explained = {
             "vector_rank": self.vector_rank,
             "vector_score": None if self.vector_score is None else round(self.vector_score, 4),
             "keyword_rank": self.keyword_rank,
             "keyword_score": None if self.keyword_score is None else round(self.keyword_score, 4),
         }
+        if self.rerank_rank is not None:
+            explained.update(rerank_rank=self.rerank_rank, rerank_score=round(self.rerank_score, 4))
+        return explained
 
 
 def similarity(distance: float) -> float:

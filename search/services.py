@@ -37,6 +37,7 @@ from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
+from search.rerank import candidates_reranked, rerank_enabled
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
 from search.vector import vector_candidates
@@ -276,7 +277,7 @@ def _memory_search(
     )
     results, best_below = _results(
         deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
-        min_score=min_score, explain=explain,
+        min_score=min_score, explain=explain, query=query, notes=notes,
     )
 
     if deadline.timed_out:
@@ -358,6 +359,8 @@ def _results(
     max_results: int,
     min_score: float,
     explain: bool,
+    query: str = "",
+    notes: list[str] | None = None,
 ) -> tuple[list[SearchResult], float | None]:
     """Snippets for the best candidates; also the best score that min_score dropped (for the message).
 
@@ -379,6 +382,8 @@ def _results(
         candidates.sort(key=lambda c: -c.score)
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
+    if rerank_enabled() and query:
+        candidates = _reranked(query=query, candidates=candidates, deadline=deadline, notes=notes)
     candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
 
     files: dict[int, MemoryFile] = {}
@@ -442,6 +447,25 @@ def _results(
                 )
             )
     return results, best_below
+
+
+def _reranked(*, query: str, candidates: list[Candidate], deadline: SearchDeadline, notes: list[str] | None) -> list[Candidate]:
+    """The optional rerank stage (search/rerank.py), bounded by its own timeout and the deadline."""
+    top_ids = [c.chunk_id for c in candidates[: settings.MEMORYHUB_RERANK_TOP_N]]
+    try:
+        with deadline.queries():
+            texts = dict(Chunk.objects.filter(pk__in=top_ids).values_list("id", "text"))
+    except SearchTimedOut:
+        texts = {}
+    timeout = min(settings.MEMORYHUB_RERANK_TIMEOUT, deadline.remaining())
+    if timeout <= 0.05 or not texts:
+        note = "Reranking skipped (no time left): the results are in the unreranked order."
+        reranked = candidates
+    else:
+        reranked, note = candidates_reranked(query=query, candidates=candidates, texts=texts, timeout=timeout)
+    if note and notes is not None:
+        notes.append(note)
+    return reranked
 
 
 def _all_shown(span: tuple[int, int, int], shown: dict[int, set[int]]) -> bool:

@@ -25,7 +25,7 @@ def start_django(**env) -> subprocess.CompletedProcess:
     "variable, value",
     [
         ("MEMORYHUB_EMBEDDING_DIMENSIONS", "abc"),
-        ("MEMORYHUB_EMBEDDING_PROVIDER", "cohere"),
+        ("MEMORYHUB_EMBEDDING_PROVIDER", "bogus"),
         ("MEMORYHUB_CHUNK_TOKENS", "-5"),
         ("DEBUG", "maybe"),
         ("PORT", "99999"),
