@@ -111,6 +111,10 @@ def test_both_clients_carry_one_version():
     typescript_version = json.loads((BASE_DIR / "clients" / "typescript" / "package.json").read_text())["version"]
 
     assert python_version == memoryhub_client.__version__ == typescript_version
+    # Versioned with the API: the major version is the API version the clients speak (/api/v1).
+    from django.conf import settings
+
+    assert python_version.split(".")[0] == settings.SPECTACULAR_SETTINGS["VERSION"] == "1"
 
 
 def test_the_readme_shows_the_example_as_it_is():

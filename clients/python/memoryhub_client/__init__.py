@@ -6,4 +6,4 @@ Importing the package loads nothing else, so the command starts fast: ``from mem
 import ApiClient``.
 """
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
