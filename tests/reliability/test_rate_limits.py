@@ -12,7 +12,7 @@ from memoryhub.ratelimit import Rate, rate_parse
 
 
 @pytest.fixture(autouse=True)
-def own_counters(monkeypatch):
+def own_counters(monkeypatch, frozen_clock):
     from agents import throttles
 
     monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
@@ -76,12 +76,10 @@ def test_a_token_told_to_wait_is_refused_before_any_database_query(alice, tight,
 
 
 @pytest.mark.django_db
-def test_the_allowance_comes_back_one_call_per_interval(alice, settings):
+def test_the_allowance_comes_back_one_call_per_interval(alice, settings, frozen_clock):
     settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "search": Rate(120, 60)}  # burst 12, then 2/s
     assert [search(alice).status_code for _ in range(14)] == [200] * 12 + [429] * 2
-    import time
-
-    time.sleep(1.1)
+    frozen_clock.advance(1.1)
     assert [search(alice).status_code for _ in range(3)] == [200, 200, 429]
 
 
