@@ -14,7 +14,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -28,6 +28,8 @@ from memoryhub.domain import DomainError, InvalidInput, NotFound, PreconditionFa
 State = MemoryFile.State
 JobState = IndexJob.State
 Trigger = IndexJob.Trigger
+# Uploads one waiting job takes before the next upload starts a job of its own (see _upload_job).
+COALESCE_MAX_FILES = 500
 
 
 # --- Content checks ------------------------------------------------------------------------------
@@ -171,7 +173,7 @@ def file_ingest(
             files_delta=0 if memory_file else 1,
             bytes_delta=size - (memory_file.size if memory_file else 0),
         )
-        job = IndexJob.objects.create(agent=agent, trigger=Trigger.UPLOAD, files_seen=1)
+        job, new_job = _upload_job(agent)
         created = memory_file is None
         if created:
             memory_file = MemoryFile(agent=agent, path=path)
@@ -188,9 +190,32 @@ def file_ingest(
         memory_file.failures = 0
         memory_file.job = job
         memory_file.save()
-        _enqueue(job)
+        if new_job:
+            _enqueue(job)
     memory_file.was_created = created
     return memory_file, job
+
+
+def _upload_job(agent: Agent) -> tuple[IndexJob, bool]:
+    """The job that will index an upload, and whether it is new (its task still to be sent).
+
+    An agent's upload job that is still waiting in the queue takes the upload too: a tenant that writes
+    faster than the workers index has one waiting job that grows, never a queue of its own jobs in front
+    of the other tenants' (each job is a task in the one Celery queue, served in order). The job row is
+    locked until this write commits, so a worker's claim (``index_job_run``) waits for it and then finds
+    this file; a job already claimed is not ``queued`` and a new one is made. A waiting job takes at
+    most COALESCE_MAX_FILES uploads (its files are indexed in batches either way)."""
+    waiting = (
+        IndexJob.objects.select_for_update()
+        .filter(agent=agent, trigger=Trigger.UPLOAD, state=JobState.QUEUED, files_seen__lt=COALESCE_MAX_FILES)
+        .order_by("-created_at")
+        .first()
+    )
+    if waiting is None:
+        return IndexJob.objects.create(agent=agent, trigger=Trigger.UPLOAD, files_seen=1), True
+    IndexJob.objects.filter(pk=waiting.pk).update(files_seen=F("files_seen") + 1)
+    waiting.files_seen += 1
+    return waiting, False
 
 
 @dataclass
