@@ -19,7 +19,7 @@ from indexing.locks import agent_lock, files_lock, files_update
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.recovery import job_enqueue_on_commit
 from indexing.services import index_job_fail
-from indexing.states import ACTIVE_JOBS, IN_FLIGHT, job_to_queued, to_pending
+from indexing.states import IN_FLIGHT, OWNING_JOBS, job_to_queued, to_pending
 
 State = MemoryFile.State
 JobState = IndexJob.State
@@ -128,7 +128,7 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
                 outcome.jobs.append(job_id)
                 job_enqueue_on_commit(IndexJob(id=job_id))
 
-    active_jobs = IndexJob.objects.filter(state__in=ACTIVE_JOBS).values("id")
+    active_jobs = IndexJob.objects.filter(state__in=OWNING_JOBS).values("id")
     orphans = (
         MemoryFile.objects.filter(state__in=IN_FLIGHT, updated_at__lt=stuck_cutoff)
         .filter(Q(job__isnull=True) | ~Q(job_id__in=active_jobs))

@@ -29,6 +29,8 @@ class IndexJob(models.Model):
     class State(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
+        # Its embeddings are in a provider's batch (EmbeddingBatch); queued again once it is collected.
+        WAITING = "waiting"
         DONE = "done"
         FAILED = "failed"
 
@@ -194,3 +196,53 @@ class EmbeddingCache(models.Model):
                 fields=["provider", "model", "dimensions", "text_hash"], name="embeddingcache_identity_hash_uniq"
             ),
         ]
+
+
+class EmbeddingBatch(models.Model):
+    """Texts of one indexing pass sent to a provider's asynchronous batch API (OpenAI /v1/batches,
+    Gemini asyncBatchEmbedContent) at half the price, collected later by the periodic task
+    (indexing/embedding_batches.py). The row is written before the provider is asked and holds the
+    provider's batch id as soon as it exists, so a worker that dies never loses a batch."""
+
+    class State(models.TextChoices):
+        SUBMITTING = "submitting"  # the row exists, the provider has not confirmed the batch yet
+        IN_FLIGHT = "in_flight"  # the provider holds it; polled every MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL
+        DONE = "done"  # every vector collected into the EmbeddingCache
+        PARTIAL = "partial"  # collected, some inputs without a vector (expired or failed lines): embedded synchronously
+        FAILED = "failed"  # failed, expired or cancelled with nothing usable: embedded synchronously
+
+    job = models.ForeignKey(
+        IndexJob, on_delete=models.SET_NULL, null=True, blank=True, related_name="embedding_batches", db_index=False
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="embedding_batches", db_index=False)
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=200)
+    dimensions = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.SUBMITTING)
+    remote_id = models.CharField(max_length=255, blank=True, help_text="The provider's batch id.")
+    remote_status = models.CharField(max_length=64, blank=True, help_text="The provider's last word on it.")
+    # The sha256 of each text, in submission order: the custom_id (OpenAI) or metadata key (Gemini) of
+    # each request, and the EmbeddingCache key its vector is stored under. No text is stored here.
+    text_hashes = models.JSONField(default=list)
+    file_ids = models.JSONField(default=list)
+    inputs = models.PositiveIntegerField(default=0)
+    collected = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    polled_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The collector's scan and status's "batches in flight": only the few unfinished rows.
+            models.Index(
+                fields=["agent", "created_at"], name="embeddingbatch_unfinished_idx",
+                condition=Q(state__in=["submitting", "in_flight"]),
+            ),
+            # "Has this job had a batch?" (its rerun embeds synchronously) and SET NULL when jobs are pruned.
+            models.Index(fields=["job"], name="embeddingbatch_job_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} batch {self.remote_id or self.pk} ({self.state})"

@@ -35,8 +35,10 @@ from indexing.states import (
     job_to_finished,
     job_to_queued,
     job_to_running,
+    job_to_waiting,
     to_failed,
     to_indexing,
+    to_pending,
     to_settled,
 )
 from indexing.tables import CHUNK
@@ -324,6 +326,8 @@ def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity,
     from indexing.embeddings import ProviderError, ProviderTransientError
 
     needed = {digest: missing[digest] for _, spans in awaiting for _, digest in spans if digest in missing}
+    if _batch_submitted(awaiting=awaiting, needed=needed, outcomes=outcomes, provider=provider, job_id=job_id):
+        return None
     embedded = hits = 0
     batch_error = ""
     transient = None
@@ -349,6 +353,32 @@ def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity,
         identity=identity, job_id=job_id, embedded=embedded, cache_hits=hits,
     )
     return transient
+
+
+def _batch_submitted(*, awaiting, needed: dict[str, str], outcomes, provider, job_id: int | None) -> bool:
+    """Bulk work: the texts go to the provider's batch API instead (indexing/embedding_batches.py).
+    True when they are in flight: the batch's id is stored, then the files go back to ``pending``
+    (their chunks written, keyword-searchable) and the job to ``waiting`` until the collector has the
+    vectors. A provider that refuses the batch costs nothing: the pass embeds synchronously."""
+    from indexing.embedding_batches import batch_wanted, embedding_batch_submit
+    from indexing.embeddings import ProviderError
+
+    if not batch_wanted(provider=provider, job_id=job_id, inputs=len(needed)):
+        return False
+    files = [f for f, _ in awaiting]
+    try:
+        embedding_batch_submit(
+            provider=provider, agent_id=files[0].agent_id, job_id=job_id, texts=needed, file_ids=[f.pk for f in files]
+        )
+    except ProviderError as exc:
+        logger.warning("job %s: the batch API refused %d text(s) (%s); embedding them synchronously", job_id, len(needed), exc)
+        return False
+    now = timezone.now()
+    with transaction.atomic():
+        live, _ = _files_live(files=files, outcomes=outcomes)
+        MemoryFile.objects.filter(pk__in=[f.pk for f in live], state=State.INDEXING).update(**to_pending(now=now))
+        IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(**job_to_waiting())
+    return True
 
 
 _CHUNK_COPY_COLUMNS = (

@@ -14,7 +14,9 @@ A file:
   task retries it with back-off (``failures`` counts the attempts in a row).
 
 A job: ``queued ──start──► running ──► done | failed``; ``running ──transient error──► queued`` (the task
-retries); a stuck or retried job goes back to ``queued``.
+retries); a stuck or retried job goes back to ``queued``. ``running ──batch sent──► waiting ──batches
+collected──► queued``: its embeddings are in a provider's batch (indexing/embedding_batches.py); its
+files wait as ``pending`` with their chunks written (keyword-searchable), and the sweeps leave it alone.
 
 Each transition is a function returning the fields an UPDATE sets, next to the states it may leave
 from, so a writer says *which* transition it makes (``MemoryFile.objects.filter(..., state__in=CLAIMABLE)
@@ -42,6 +44,8 @@ CLAIMABLE = (State.PENDING, State.FAILED)
 IN_FLIGHT = (State.PENDING, State.INDEXING)
 # Jobs a worker may still be running, or that wait for one.
 ACTIVE_JOBS = (JobState.QUEUED, JobState.RUNNING)
+# Jobs that still own their pending files: active, or waiting for a provider's batch.
+OWNING_JOBS = (*ACTIVE_JOBS, JobState.WAITING)
 
 
 def error_text(text: str) -> str:
@@ -103,6 +107,11 @@ def job_to_queued(*, error: str = "", restart: bool = False) -> dict:
     if restart:
         fields.update(started_at=None, finished_at=None)
     return fields
+
+
+def job_to_waiting() -> dict:
+    """Its embeddings went to a provider's batch (from ``running``); queued again once collected."""
+    return {"state": JobState.WAITING}
 
 
 def job_to_finished(error: str = "", *, now: datetime | None = None) -> dict:

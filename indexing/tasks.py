@@ -94,6 +94,16 @@ def index_recovery_task() -> dict:
     return {"dispatched": outcome.dispatched, "recovered_jobs": outcome.recovered_jobs, "retried_jobs": outcome.retried_jobs}
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def embedding_batches_collect_task() -> dict:
+    """Periodic (CELERY_BEAT_SCHEDULE): collect the providers' finished embedding batches and queue
+    their jobs again (indexing/embedding_batches.py)."""
+    from indexing.embedding_batches import embedding_batches_collect
+
+    outcome = embedding_batches_collect()
+    return {"polled": outcome.polled, "collected": outcome.collected, "jobs_queued": outcome.jobs_queued}
+
+
 @worker_ready.connect
 def _recover_when_a_worker_starts(sender=None, **kwargs) -> None:
     # Whatever a previous worker left (the outbox, files whose lease ran out) is sent on at once,

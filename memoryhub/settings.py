@@ -335,6 +335,19 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_WARM_UP = env_bool("MEMORYHUB_EMBEDDING_WARM_UP", True)
 # Seconds the `fake` test provider sleeps per request (0: a zero-latency embedder for benchmarks).
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
+# Bulk work (a sync or re-index job, re-embedding after a model change) whose indexing pass needs at
+# least this many new embeddings goes through the provider's asynchronous batch API (openai: /v1/batches;
+# gemini: asyncBatchEmbedContent) at half the price, results within the provider's window (up to 24 h);
+# keyword search finds the files meanwhile. 0: never (every embedding synchronous). Uploads always stay
+# synchronous. indexing/embedding_batches.py; docs/providers.md "Batch embedding".
+MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD = env_int("MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD", 1000, minimum=0)
+# Seconds between two polls of one batch in flight (the collector runs on this interval, beat).
+MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL = env_int("MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL", 60, minimum=1)
+CELERY_BEAT_SCHEDULE["indexing-embedding-batches"] = {
+    "task": "indexing.tasks.embedding_batches_collect_task",
+    "schedule": float(MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL),
+    "options": {"expires": float(MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL)},
+}
 
 # --- Search (search) -----------------------------------------------------------------------------
 # How the two halves are fused (search/fusion.py): adaptive (minmax with each weight multiplied by

@@ -1,0 +1,417 @@
+"""Batch embedding: bulk work through the providers' asynchronous batch APIs, at half the price.
+
+An indexing pass of a bulk job (``sync`` or ``reindex``: the first index of a large sync, re-embedding
+after a model change, an operator's re-index) that needs at least MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD
+new embeddings does not call the provider synchronously:
+
+1. ``embedding_batch_submit`` writes an ``EmbeddingBatch`` row (the texts' hashes, the files), then
+   sends the texts to the provider — OpenAI: a JSONL file uploaded to ``/v1/files`` (purpose
+   ``batch``), then ``/v1/batches`` for ``/v1/embeddings`` with a 24 h window; Gemini:
+   ``models/{model}:asyncBatchEmbedContent`` with the requests inlined — and stores the provider's
+   batch id on the row. Only then are the files put back to ``pending`` (their chunks are written:
+   keyword search finds them) and the job to ``waiting``, in the same transaction.
+2. ``embedding_batches_collect`` (beat, every MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL seconds)
+   polls each batch in flight. A finished batch's vectors go into the shared EmbeddingCache, and once
+   every batch of the job is finished the job is queued again: its rerun finds every vector in the
+   cache (each chunk embedded once, no provider call) and settles the files. A failed, cancelled or
+   expired batch is recorded with the provider's reason; the rerun embeds whatever the batch did not
+   return synchronously (a job embeds through a batch once; its rerun never waits on another).
+
+Nothing is lost when a worker dies: before the provider is asked the row exists, and the provider's id
+is on it before anything waits; the collector is any worker's periodic task. A worker that dies between
+the provider's answer and that write leaves its files ``indexing``: their lease runs out, the job runs
+again and embeds synchronously (the row, still ``submitting``, is marked failed after
+MEMORYHUB_INDEX_STUCK_AFTER).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from indexing.embeddings import EmbeddingProvider, ProviderError, ProviderPermanentError, ProviderTransientError, Vector
+from indexing.models import EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
+
+logger = logging.getLogger(__name__)
+
+BatchState = EmbeddingBatch.State
+JobState = IndexJob.State
+
+# Jobs whose passes may go through a batch: bulk work. Uploads (and the sweeps' retries) stay synchronous.
+BULK_TRIGGERS = (IndexJob.Trigger.SYNC, IndexJob.Trigger.REINDEX)
+UNFINISHED = (BatchState.SUBMITTING, BatchState.IN_FLIGHT)
+# Requests per batch: OpenAI takes 50,000 per batch file; Gemini's inlined requests must stay under
+# 20 MB, about 5,000 chunks of 400 tokens with their JSON.
+MAX_REQUESTS = {"openai": 50_000, "gemini": 5_000}
+
+
+@dataclass
+class BatchPoll:
+    """What the provider says about a batch. ``finished``: it will not change any more; ``vectors``
+    and ``errors`` by text hash (the custom_id / metadata key of each request)."""
+
+    status: str
+    finished: bool = False
+    failed: str = ""  # the whole batch failed, expired or was cancelled: why
+    vectors: dict[str, Vector] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+# --- the two APIs ---------------------------------------------------------------------------------
+
+
+class OpenAIBatchAPI:
+    """OpenAI's Batch API through the official SDK (the provider's client: OPENAI_BASE_URL, the key)."""
+
+    PENDING = {"validating", "in_progress", "finalizing", "cancelling"}
+
+    def __init__(self, provider) -> None:
+        self.provider = provider
+        self.client = provider.client
+
+    def submit(self, *, texts: list[str], keys: list[str], label: str) -> str:
+        import openai
+
+        inputs, _ = self.provider._prepared(texts)
+        lines = [
+            json.dumps({
+                "custom_id": key, "method": "POST", "url": "/v1/embeddings",
+                "body": {"model": self.provider.identity.model, "input": text, "encoding_format": "float", **self.provider.extra},
+            })
+            for key, text in zip(keys, inputs)
+        ]
+        data = ("\n".join(lines) + "\n").encode()
+        try:
+            uploaded = self.client.files.create(file=(f"{label}.jsonl", data, "application/jsonl"), purpose="batch")
+            batch = self.client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h", metadata={"memoryhub": label}
+            )
+        except openai.OpenAIError as exc:
+            raise _provider_error(exc, "submitting an openai batch") from None
+        return batch.id
+
+    def poll(self, remote_id: str) -> BatchPoll:
+        import openai
+
+        try:
+            batch = self.client.batches.retrieve(remote_id)
+            if batch.status in self.PENDING:
+                return BatchPoll(status=batch.status)
+            poll = BatchPoll(status=batch.status, finished=True)
+            if batch.output_file_id:
+                self._read(self.client.files.content(batch.output_file_id).text, poll)
+            if batch.error_file_id:
+                self._read(self.client.files.content(batch.error_file_id).text, poll)
+        except openai.OpenAIError as exc:
+            raise _provider_error(exc, f"polling openai batch {remote_id}") from None
+        if batch.status != "completed":
+            errors = getattr(getattr(batch, "errors", None), "data", None) or []
+            reasons = "; ".join(str(e.message) for e in errors if getattr(e, "message", None))
+            poll.failed = f"openai batch {batch.status}" + (f": {reasons}" if reasons else "")
+        return poll
+
+    def _read(self, text: str, poll: BatchPoll) -> None:
+        """Output and error files: one JSON line per request, ``custom_id`` and ``response`` (status_code,
+        body) or ``error``."""
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                key = item["custom_id"]
+                response = item.get("response") or {}
+                if response.get("status_code") == 200:
+                    poll.vectors[key] = [float(v) for v in response["body"]["data"][0]["embedding"]]
+                    continue
+                error = item.get("error") or (response.get("body") or {}).get("error") or {}
+                poll.errors[key] = str(error.get("message") or f"HTTP {response.get('status_code')}")
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                logger.warning("openai batch: an unreadable result line (%s: %s)", exc.__class__.__name__, exc)
+
+
+class GeminiBatchAPI:
+    """Gemini's batch mode over HTTP: ``models/{model}:asyncBatchEmbedContent`` with inlined requests
+    (each with ``metadata.key``), then ``GET {name}`` until the operation is done; the vectors are in
+    ``response.inlinedResponses.inlinedResponses`` (an ``EmbedContentBatchOutput``), in input order."""
+
+    PENDING = {"BATCH_STATE_PENDING", "BATCH_STATE_RUNNING", "BATCH_STATE_UNSPECIFIED", ""}
+
+    def __init__(self, provider) -> None:
+        self.provider = provider
+
+    def submit(self, *, texts: list[str], keys: list[str], label: str) -> str:
+        inputs, _ = self.provider._prepared(texts)
+        model = self.provider._model_path()
+        body = {
+            "batch": {
+                "model": model,
+                "displayName": label,
+                "inputConfig": {"requests": {"requests": [
+                    {"request": self.provider._one(text, query=False), "metadata": {"key": key}}
+                    for key, text in zip(keys, inputs)
+                ]}},
+            }
+        }
+        url = f"{self.provider.base_url}/{urllib.parse.quote(model)}:asyncBatchEmbedContent"
+        operation = self._call(url, body, what="submitting a gemini batch")
+        name = operation.get("name") if isinstance(operation, dict) else None
+        if not name:
+            raise ProviderTransientError("gemini answered a batch submission without a batch name")
+        return str(name)
+
+    def poll(self, remote_id: str) -> BatchPoll:
+        from indexing.embedding_http import _normalised
+
+        operation = self._call(f"{self.provider.base_url}/{remote_id}", None, what=f"polling gemini batch {remote_id}")
+        metadata = operation.get("metadata") or {}
+        state = str(metadata.get("state") or "")
+        if not operation.get("done") and state in self.PENDING:
+            return BatchPoll(status=state or "BATCH_STATE_PENDING")
+        poll = BatchPoll(status=state, finished=True)
+        output = operation.get("response") or metadata.get("output") or {}
+        responses = (output.get("inlinedResponses") or {}).get("inlinedResponses") or []
+        for item in responses:
+            key = (item.get("metadata") or {}).get("key")
+            if not key:
+                continue
+            if item.get("error"):
+                poll.errors[key] = str(item["error"].get("message") or item["error"])
+                continue
+            try:
+                poll.vectors[key] = _normalised([float(v) for v in item["response"]["embedding"]["values"]])
+            except (KeyError, TypeError, ValueError) as exc:
+                poll.errors[key] = f"unreadable result: {exc.__class__.__name__}"
+        if state != "BATCH_STATE_SUCCEEDED":
+            error = operation.get("error") or {}
+            poll.failed = f"gemini batch {state or 'failed'}" + (f": {error.get('message')}" if error.get("message") else "")
+        return poll
+
+    def _call(self, url: str, body: dict | None, *, what: str) -> dict:
+        from indexing.embedding_http import _error_message
+
+        headers = {"Accept": "application/json", **self.provider._headers()}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST" if body is not None else "GET")
+        try:
+            with urllib.request.urlopen(request, timeout=self.provider.timeout) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                message = f"HTTP {exc.code} {what}: {_error_message(exc.read())}"
+            if exc.code in (408, 409, 429) or exc.code >= 500:
+                raise ProviderTransientError(message) from None
+            raise ProviderPermanentError(message) from None
+        except (TimeoutError, socket.timeout, urllib.error.URLError, ConnectionError, OSError, ValueError) as exc:
+            raise ProviderTransientError(f"{what}: {exc.__class__.__name__}: {exc}") from None
+        if not isinstance(answer, dict):
+            raise ProviderTransientError(f"{what}: a JSON {type(answer).__name__} instead of an object")
+        return answer
+
+
+def _provider_error(exc, what: str) -> ProviderError:
+    import openai
+
+    status = getattr(exc, "status_code", None)
+    message = f"{what}: {exc.__class__.__name__}: {exc}"
+    if isinstance(exc, openai.APIStatusError) and status not in (408, 409, 429) and status < 500:
+        return ProviderPermanentError(message)
+    return ProviderTransientError(message)
+
+
+def batch_api_of(provider: EmbeddingProvider | None):
+    """The batch API of this provider, or None when it has none (or the threshold turns batches off)."""
+    if provider is None or not settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD:
+        return None
+    from indexing.embedding_http import GeminiProvider
+    from indexing.embeddings import OpenAIProvider
+
+    if isinstance(provider, OpenAIProvider):
+        return OpenAIBatchAPI(provider)
+    if isinstance(provider, GeminiProvider):
+        return GeminiBatchAPI(provider)
+    return None
+
+
+# --- submitting -----------------------------------------------------------------------------------
+
+
+def batch_wanted(*, provider, job_id: int | None, inputs: int) -> bool:
+    """Whether a pass of this job that needs ``inputs`` new embeddings goes through a batch: a bulk
+    job, at least the threshold, a provider with a batch API, and no finished batch of this job yet
+    (its rerun after a batch embeds what is left synchronously)."""
+    threshold = settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD
+    if job_id is None or not threshold or inputs < threshold or batch_api_of(provider) is None:
+        return False
+    if not IndexJob.objects.filter(pk=job_id, trigger__in=BULK_TRIGGERS).exists():
+        return False
+    return not EmbeddingBatch.objects.filter(job_id=job_id).exclude(state__in=UNFINISHED).exists()
+
+
+def embedding_batch_submit(*, provider, agent_id: int, job_id: int, texts: dict[str, str], file_ids: list[int]) -> list[EmbeddingBatch]:
+    """Send ``texts`` (text hash → text) to the provider's batch API; the rows of the batches in flight.
+    Raises ProviderError when the provider refused: nothing is in flight then (the rows say why), and
+    the caller embeds synchronously."""
+    api = batch_api_of(provider)
+    identity = provider.identity
+    keys = list(texts)
+    size = MAX_REQUESTS[identity.provider]
+    batches = []
+    for start in range(0, len(keys), size):
+        part = keys[start : start + size]
+        row = EmbeddingBatch.objects.create(
+            job_id=job_id, agent_id=agent_id, provider=identity.provider, model=identity.model,
+            dimensions=identity.dimensions, text_hashes=part, file_ids=sorted(file_ids), inputs=len(part),
+        )
+        try:
+            remote_id = api.submit(texts=[texts[k] for k in part], keys=part, label=f"memoryhub-batch-{row.pk}")
+        except ProviderError as exc:
+            EmbeddingBatch.objects.filter(pk=row.pk).update(state=BatchState.FAILED, error=str(exc)[:2000], finished_at=timezone.now())
+            # The parts already in flight are collected as usual; this pass embeds synchronously.
+            raise
+        EmbeddingBatch.objects.filter(pk=row.pk).update(state=BatchState.IN_FLIGHT, remote_id=remote_id)
+        row.state, row.remote_id = BatchState.IN_FLIGHT, remote_id
+        logger.info("embedding batch %s: %d text(s) of job %s sent to %s as %s", row.pk, len(part), job_id, identity.provider, remote_id)
+        batches.append(row)
+    return batches
+
+
+# --- collecting -----------------------------------------------------------------------------------
+
+
+@dataclass
+class CollectOutcome:
+    polled: int = 0
+    collected: list[int] = field(default_factory=list)  # batches finished on this run
+    jobs_queued: list[int] = field(default_factory=list)
+
+
+def embedding_batches_collect(*, now: datetime | None = None) -> CollectOutcome:
+    """Poll every batch in flight not polled within half the poll interval, store what finished, and
+    queue the jobs whose batches are all finished. Safe to run in several workers at once: a batch is
+    claimed by a status-guarded UPDATE of its ``polled_at``."""
+    from indexing.embeddings import get_provider
+
+    now = now or timezone.now()
+    outcome = CollectOutcome()
+    _stale_submissions_fail(now=now)
+    cutoff = now - timedelta(seconds=settings.MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL / 2)
+    due = EmbeddingBatch.objects.filter(state=BatchState.IN_FLIGHT).filter(Q(polled_at__isnull=True) | Q(polled_at__lt=cutoff))
+    for batch in due.order_by("created_at"):
+        claimed = EmbeddingBatch.objects.filter(pk=batch.pk, state=BatchState.IN_FLIGHT, polled_at=batch.polled_at).update(polled_at=now)
+        if not claimed:
+            continue  # another worker polls it
+        outcome.polled += 1
+        provider = get_provider()
+        identity = provider.identity if provider is not None else None
+        if identity is None or (identity.provider, identity.model, identity.dimensions) != (batch.provider, batch.model, batch.dimensions):
+            # The configured model changed: these vectors would not be searched. The job reruns under
+            # the new identity (maintenance re-embeds the rest).
+            _batch_finish(batch=batch, poll=BatchPoll(status="abandoned", finished=True, failed="the embedding model changed since the batch was sent"), identity=None, now=now, outcome=outcome)
+            continue
+        try:
+            poll = batch_api_of(provider).poll(batch.remote_id)
+        except ProviderTransientError as exc:
+            logger.info("embedding batch %s: poll failed (%s); next interval", batch.pk, exc)
+            EmbeddingBatch.objects.filter(pk=batch.pk).update(remote_status=f"poll failed: {exc}"[:64])
+            continue
+        except ProviderPermanentError as exc:  # the batch is gone (404) or the key no longer works
+            poll = BatchPoll(status="unknown", finished=True, failed=str(exc))
+        if not poll.finished:
+            EmbeddingBatch.objects.filter(pk=batch.pk).update(remote_status=poll.status[:64])
+            continue
+        _batch_finish(batch=batch, poll=poll, identity=identity, now=now, outcome=outcome)
+    return outcome
+
+
+def _stale_submissions_fail(*, now: datetime) -> None:
+    """A row left ``submitting`` past the stuck-work cutoff: its worker died before the provider's id
+    was stored; its files came back through their lease and were embedded synchronously."""
+    cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_STUCK_AFTER)
+    EmbeddingBatch.objects.filter(state=BatchState.SUBMITTING, created_at__lt=cutoff).update(
+        state=BatchState.FAILED, error="the worker submitting it stopped before the provider confirmed it", finished_at=now
+    )
+
+
+def _valid(vector: Vector, dimensions: int) -> bool:
+    return len(vector) == dimensions and all(math.isfinite(v) for v in vector)
+
+
+def _batch_finish(*, batch: EmbeddingBatch, poll: BatchPoll, identity, now: datetime, outcome: CollectOutcome) -> None:
+    wanted = set(batch.text_hashes)
+    vectors = {k: v for k, v in poll.vectors.items() if k in wanted and identity is not None and _valid(v, identity.dimensions)}
+    missing = len(wanted) - len(vectors)
+    if poll.failed and not vectors:
+        state, error = BatchState.FAILED, poll.failed
+    elif missing:
+        first = next((poll.errors[k] for k in batch.text_hashes if k in poll.errors), "no result")
+        state = BatchState.PARTIAL
+        error = f"{poll.failed + '; ' if poll.failed else ''}{missing} of {len(wanted)} without a vector (first: {first})"
+    else:
+        state, error = BatchState.DONE, ""
+    with transaction.atomic():
+        if vectors:
+            EmbeddingCache.objects.bulk_create(
+                [
+                    EmbeddingCache(provider=identity.provider, model=identity.model, dimensions=identity.dimensions, text_hash=k, embedding=v)
+                    for k, v in vectors.items()
+                ],
+                ignore_conflicts=True,  # a text another job embedded meanwhile keeps its one vector
+            )
+        EmbeddingBatch.objects.filter(pk=batch.pk).update(
+            state=state, remote_status=poll.status[:64], collected=len(vectors), error=error[:2000], finished_at=now
+        )
+        if batch.job_id is not None and vectors:
+            IndexJob.objects.filter(pk=batch.job_id).update(chunks_embedded=F("chunks_embedded") + len(vectors))
+    if error:
+        logger.warning("embedding batch %s (%s) %s: %s; the rest is embedded synchronously", batch.pk, batch.remote_id, state, error)
+    else:
+        logger.info("embedding batch %s (%s): %d vector(s) collected", batch.pk, batch.remote_id, len(vectors))
+    outcome.collected.append(batch.pk)
+    job = _job_resume(batch=batch, reason=error and f"embedding batch {batch.remote_id or batch.pk} {state}: {error}")
+    if job is not None:
+        outcome.jobs_queued.append(job)
+
+
+def _job_resume(*, batch: EmbeddingBatch, reason: str) -> int | None:
+    """Once none of its batches is unfinished, queue the job again: its rerun takes the vectors from
+    the cache and embeds whatever is missing synchronously. Its files that moved on (a new upload, a
+    re-index) belong to their new jobs. Returns the job queued, if any."""
+    from indexing.maintenance import files_requeue_under_new_job
+    from indexing.recovery import job_enqueue_on_commit
+    from indexing.states import job_to_queued
+
+    if batch.job_id is None:
+        waiting = list(MemoryFile.objects.filter(pk__in=batch.file_ids, state=MemoryFile.State.PENDING, job__isnull=True).values_list("id", flat=True))
+        return files_requeue_under_new_job(agent_id=batch.agent_id, file_ids=waiting).id if waiting else None
+    if EmbeddingBatch.objects.filter(job_id=batch.job_id, state__in=UNFINISHED).exists():
+        return None
+    with transaction.atomic():
+        if IndexJob.objects.filter(pk=batch.job_id, state=JobState.WAITING).update(**job_to_queued(error=reason)):
+            job_enqueue_on_commit(IndexJob(id=batch.job_id))
+            return batch.job_id
+    return None
+
+
+# --- what status and the admin show ---------------------------------------------------------------
+
+
+def batches_in_flight(*, agent_id: int | None = None):
+    rows = EmbeddingBatch.objects.filter(state__in=UNFINISHED)
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    return rows.order_by("created_at")
