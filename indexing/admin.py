@@ -1,5 +1,5 @@
-"""Files and jobs in the admin: view-only pages (the API is the only writer) with actions that call the
-indexing services ("Re-index selected files", "Retry selected jobs")."""
+"""Files, jobs and embedding batches in the admin: view-only pages (the API and the workers are the only
+writers) with actions that call the indexing services ("Re-index selected files", "Retry selected jobs")."""
 
 from django.contrib import admin, messages
 from django.db.models import BooleanField, Count, ExpressionWrapper, OuterRef, Q, Subquery
@@ -7,7 +7,7 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from indexing.models import Chunk, IndexJob, MemoryFile
+from indexing.models import Chunk, EmbeddingBatch, IndexJob, MemoryFile
 from indexing.maintenance import file_reindex, index_job_retry
 
 # The content view shows at most this many lines; memory_get (GET files/<path>?from=&lines=) reads the rest.
@@ -232,6 +232,35 @@ class IndexJobAdmin(ReadOnlyAdmin):
         if skipped:
             message += f"; {skipped} skipped (only failed jobs can be retried)"
         self.message_user(request, message + ".", messages.SUCCESS if retried else messages.WARNING)
+
+
+@admin.register(EmbeddingBatch)
+class EmbeddingBatchAdmin(ReadOnlyAdmin):
+    """Batches at the providers' batch APIs: those in flight (their jobs wait), and how the finished ones
+    ended — a failed or expired batch says why; its texts were embedded synchronously."""
+
+    list_display = ["id", "agent", "job", "provider", "remote_id", "status", "inputs", "collected", "remote_status", "created_at", "finished_at", "error_short"]
+    list_select_related = ["agent"]
+    list_filter = ["state", "provider"]
+    search_fields = ["remote_id", "agent__slug"]
+    show_full_result_count = False
+    raw_id_fields = ["job", "agent"]
+    fields = [
+        "agent", "job", "provider", "model", "dimensions", "status", "remote_id", "remote_status", "inputs", "collected",
+        "error", "created_at", "polled_at", "finished_at",
+    ]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("text_hashes", "file_ids")  # up to 50,000 hashes a row
+
+    @admin.display(description="Status", ordering="state")
+    def status(self, batch):
+        return state_badge(batch.state)
+
+    @admin.display(description="Error")
+    def error_short(self, batch):
+        return (batch.error[:120] + "…") if len(batch.error) > 120 else batch.error
 
 
 def _preview(text: str) -> str:

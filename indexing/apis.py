@@ -61,7 +61,21 @@ class AgentStatusApi(APIView):
         awaiting_vectors = serializers.IntegerField()
         failed = serializers.IntegerField()
         failed_jobs = serializers.IntegerField()
+        class EmbeddingBatchSerializer(serializers.Serializer):
+            id = serializers.IntegerField()
+            provider = serializers.CharField()
+            remote_id = serializers.CharField(help_text="The provider's batch id (empty while it is being submitted).")
+            state = serializers.ChoiceField(choices=["submitting", "in_flight"])
+            inputs = serializers.IntegerField(help_text="Texts in the batch.")
+            submitted_at = serializers.DateTimeField()
+            job = serializers.IntegerField(allow_null=True)
+
         embedding = EmbeddingSerializer()
+        embedding_batches = EmbeddingBatchSerializer(
+            many=True,
+            help_text="Batches of this agent's texts in flight at the provider's batch API (half price, results within "
+            "its window, up to 24 h). Their files are keyword-searchable meanwhile and count in awaiting_vectors.",
+        )
         last_indexed_at = serializers.DateTimeField(allow_null=True)
 
     def get(self, request):

@@ -2,13 +2,14 @@
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken
+from indexing.embedding_batches import UNFINISHED as BATCHES_UNFINISHED, batches_in_flight
 from indexing.embedding_identity import configured_identity, provider_chosen
-from indexing.models import Chunk, EmbeddingCache, IndexJob, MemoryFile
+from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 from memoryhub.domain import NotFound
 
 
@@ -25,6 +26,11 @@ def agent_index_status(*, agent: Agent) -> dict:
         last_indexed_at=Max("indexed_at"),
     )
     identity = configured_identity()
+    batches = [
+        {"id": batch.pk, "provider": batch.provider, "remote_id": batch.remote_id, "state": batch.state,
+         "inputs": batch.inputs, "submitted_at": batch.created_at, "job": batch.job_id}
+        for batch in batches_in_flight(agent_id=agent.pk)
+    ]
     return {
         "files": files["files"],
         "chunks": Chunk.objects.filter(agent=agent).count(),
@@ -39,6 +45,7 @@ def agent_index_status(*, agent: Agent) -> dict:
             "vector_search": identity.has_vectors,
             "chosen": provider_chosen(),
         },
+        "embedding_batches": batches,
         "last_indexed_at": files["last_indexed_at"],
     }
 
@@ -157,6 +164,7 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
         hour_total=Count("id", filter=Q(created_at__gte=hour)),
         day_total=Count("id", filter=Q(created_at__gte=day)),
         active=Count("id", filter=Q(state__in=[State.QUEUED, State.RUNNING])),
+        waiting=Count("id", filter=Q(state=State.WAITING)),
         failed=Count("id", filter=Q(state=State.FAILED)),
         day_hits=Sum("cache_hits", filter=Q(created_at__gte=day)),
         day_embedded=Sum("chunks_embedded", filter=Q(created_at__gte=day)),
@@ -173,8 +181,12 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
             "hour": {"total": jobs["hour_total"], "done": jobs["hour_done"], "failed": jobs["hour_failed"]},
             "day": {"total": jobs["day_total"], "done": jobs["day_done"], "failed": jobs["day_failed"]},
             "active": jobs["active"],
+            "waiting": jobs["waiting"],
             "failed": jobs["failed"],
         },
+        "batches": EmbeddingBatch.objects.filter(state__in=BATCHES_UNFINISHED).aggregate(
+            in_flight=Count("id"), inputs=Coalesce(Sum("inputs"), 0), oldest=Min("created_at")
+        ),
         "cache": {
             "entries": EmbeddingCache.objects.count(),
             "hit_rate_day": _hit_rate(jobs["day_hits"], jobs["day_embedded"]),
