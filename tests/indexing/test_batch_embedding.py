@@ -1,0 +1,218 @@
+"""Batch embedding: bulk work goes through the provider's batch API (OpenAI /v1/batches, Gemini
+asyncBatchEmbedContent) and a periodic collector, against a local fake of both APIs
+(tests/indexing/batch_embedding_servers.py). Small and interactive work stays synchronous; a failed or
+expired batch falls back to synchronous embedding. The same with a real worker killed mid-batch is in
+tests/reliability/test_batch_embedding_worker.py."""
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from indexing.embedding_batches import embedding_batches_collect
+from indexing.maintenance import index_maintenance
+from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
+from indexing.writes import SyncEntry, file_ingest, workspace_sync
+from tests.indexing.batch_embedding_servers import API_KEY, BatchEmbeddingServer
+
+THRESHOLD = 10
+MODELS = {"openai": "text-embedding-3-small", "gemini": "gemini-embedding-001"}
+DIMENSIONS = 16
+
+
+def configure(settings, server):
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = server.api
+    settings.MEMORYHUB_EMBEDDING_MODEL = MODELS[server.api]
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = DIMENSIONS
+    settings.MEMORYHUB_EMBEDDING_MAX_RETRIES = 0
+    settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD = THRESHOLD
+    if server.api == "openai":
+        settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL = API_KEY, server.base_url
+    else:
+        settings.GEMINI_API_KEY, settings.GEMINI_BASE_URL = API_KEY, server.base_url
+
+
+@pytest.fixture(params=["openai", "gemini"])
+def server(request, settings):
+    server = BatchEmbeddingServer(request.param, dimensions=DIMENSIONS).start()
+    configure(settings, server)
+    yield server
+    server.stop()
+
+
+def notes(count: int, *, shared: int = 3) -> list[SyncEntry]:
+    """``count`` files of two sections each; the last ``shared`` files repeat the first ones' text, so
+    the distinct texts are fewer than the chunks."""
+    entries = []
+    for i in range(count):
+        n = i % (count - shared) if i >= count - shared else i
+        content = f"# Trip {n}\n\nWe flew to city number {n} and ate dish {n}.\n\n# Hotel {n}\n\nRoom {n} faced the harbour {n}."
+        entries.append(SyncEntry(path=f"memory/trip-{i}.md", content=content))
+    return entries
+
+
+def chunk_texts_distinct(agent) -> set[str]:
+    return set(Chunk.objects.filter(agent=agent).values_list("text_hash", flat=True))
+
+
+_ticks = itertools.count(1)
+
+
+def collect(indexed):
+    """A tick of the periodic task, a poll interval after the last one (its clock is passed in, not
+    waited for), with the jobs it queues run here (on commit, eagerly)."""
+    with indexed():
+        return embedding_batches_collect(now=timezone.now() + timedelta(seconds=61 * next(_ticks)))
+
+
+def test_a_bulk_sync_is_embedded_through_the_batch_api_once_and_never_synchronously(alice, server, indexed):
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    job = IndexJob.objects.get(pk=outcome.job.pk)
+    [batch] = EmbeddingBatch.objects.all()
+    distinct = chunk_texts_distinct(alice.agent)
+    assert job.state == "waiting" and batch.state == "in_flight" and batch.remote_id
+    assert batch.inputs == len(distinct) == len(server.submitted_inputs) == len(set(server.submitted_inputs))
+    assert server.sync_inputs == []
+
+    # Meanwhile: keyword search finds the files; status shows the batch and the files awaiting vectors.
+    response = alice.client.post("/api/v1/search", {"query": "harbour", "mode": "keyword"}, format="json")
+    assert response.status_code == 200 and response.json()["results"], response.content
+    status = alice.client.get("/api/v1/status").json()
+    assert status["awaiting_vectors"] == 12 and status["pending"] == 12
+    assert [(b["provider"], b["remote_id"], b["state"], b["inputs"]) for b in status["embedding_batches"]] == [
+        (server.api, batch.remote_id, "in_flight", batch.inputs)
+    ]
+
+    assert collect(indexed).collected == []  # still in progress at the provider: nothing changes
+    assert IndexJob.objects.get(pk=job.pk).state == "waiting"
+
+    server.complete()
+    result = collect(indexed)
+    assert result.collected == [batch.pk] and result.jobs_queued == [job.pk]
+    job.refresh_from_db()
+    batch.refresh_from_db()
+    assert (job.state, batch.state, batch.collected) == ("done", "done", batch.inputs)
+    assert set(MemoryFile.objects.filter(agent=alice.agent).values_list("state", flat=True)) == {"indexed"}
+    identity = f"{server.api}:{MODELS[server.api]}:{DIMENSIONS}"
+    assert not Chunk.objects.filter(agent=alice.agent).exclude(embedding_identity=identity).exists()
+    assert not Chunk.objects.filter(agent=alice.agent, embedding=None).exists()
+    # Every distinct text embedded exactly once, through the batch and the cache; no synchronous call.
+    assert EmbeddingCache.objects.filter(provider=server.api).count() == len(distinct)
+    assert len(server.submitted_inputs) == len(set(server.submitted_inputs)) == len(distinct)
+    assert server.sync_inputs == []
+    assert job.chunks_embedded == len(distinct)
+    assert alice.client.get("/api/v1/status").json()["embedding_batches"] == []
+    response = alice.client.post("/api/v1/search", {"query": "harbour room", "mode": "vector"}, format="json")
+    assert response.status_code == 200 and response.json()["results"]
+
+
+def test_a_bulk_re_embed_after_a_model_change_goes_through_the_batch_api(alice, server, indexed, settings):
+    # Indexed first with another identity (the fake provider), then the model changes.
+    settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL, settings.MEMORYHUB_EMBEDDING_DIMENSIONS = "fake", "fake-hash", 64
+    settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD = 0
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(8, shared=0))
+    assert set(MemoryFile.objects.values_list("state", flat=True)) == {"indexed"}
+    configure(settings, server)
+
+    with indexed():
+        outcome = index_maintenance()
+    assert outcome.reembed_jobs == 1
+    [batch] = EmbeddingBatch.objects.all()
+    assert IndexJob.objects.get(pk=batch.job_id).trigger == "reindex"
+    assert batch.inputs == Chunk.objects.filter(agent=alice.agent).count() == 16
+    server.complete()
+    collect(indexed)
+    identity = f"{server.api}:{MODELS[server.api]}:{DIMENSIONS}"
+    assert Chunk.objects.filter(agent=alice.agent, embedding_identity=identity).count() == 16
+    assert server.sync_inputs == [] and len(server.submitted_inputs) == len(set(server.submitted_inputs)) == 16
+    assert IndexJob.objects.get(pk=batch.job_id).state == "done"
+
+
+def test_small_work_and_uploads_stay_synchronous(alice, server, indexed):
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(3, shared=0))  # 6 texts: under the threshold
+    big = "\n\n".join(f"# Part {i}\n\nParagraph {i} about topic {i}." for i in range(THRESHOLD * 2))
+    with indexed():
+        file_ingest(agent=alice.agent, path="memory/big.md", content=big)  # an upload: interactive
+    assert not EmbeddingBatch.objects.exists() and server.submitted_inputs == []
+    assert len(server.sync_inputs) == Chunk.objects.filter(agent=alice.agent).count() > THRESHOLD
+    assert set(MemoryFile.objects.values_list("state", flat=True)) == {"indexed"}
+
+
+def test_the_threshold_at_zero_turns_batches_off(alice, server, indexed, settings):
+    settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD = 0
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+    assert not EmbeddingBatch.objects.exists() and server.sync_inputs
+    assert set(MemoryFile.objects.values_list("state", flat=True)) == {"indexed"}
+
+
+def test_an_expired_batch_keeps_what_it_returned_and_embeds_the_rest_synchronously(alice, server, indexed):
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    server.expire(batch.remote_id, keep=5)
+    collect(indexed)
+    batch.refresh_from_db()
+    assert batch.state == "partial" and batch.collected == 5 and "without a vector" in batch.error
+    assert "expired" in batch.error.lower()
+    # The five returned are not embedded again; the rest once each, synchronously.
+    assert sorted(server.sync_inputs) == sorted(server.submitted_inputs[5:])
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
+    assert not Chunk.objects.filter(agent=alice.agent, embedding=None).exists()
+    assert EmbeddingCache.objects.count() == batch.inputs
+
+
+def test_a_failed_batch_falls_back_to_synchronous_embedding_with_its_reason(alice, server, indexed, settings):
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    server.fail(batch.remote_id, "the input file was malformed")
+    collect(indexed)
+    batch.refresh_from_db()
+    assert batch.state == "failed" and batch.collected == 0
+    if server.api == "openai":
+        assert batch.error == "openai batch failed: the input file was malformed"
+    else:
+        assert batch.error == "gemini batch BATCH_STATE_FAILED: the input file was malformed"
+    assert sorted(server.sync_inputs) == sorted(server.submitted_inputs)
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
+    assert set(MemoryFile.objects.values_list("state", flat=True)) == {"indexed"}
+
+
+def test_a_provider_that_refuses_the_batch_is_embedded_synchronously_at_once(alice, server, indexed, settings):
+    settings.OPENAI_API_KEY = settings.GEMINI_API_KEY = "wrong-key"  # the batch endpoints answer 401
+    server_sync = server.sync_inputs
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    assert batch.state == "failed" and "401" in batch.error
+    # The synchronous calls were refused too (same key): the files are failed with the reason, keyword-searchable.
+    assert server_sync == [] and IndexJob.objects.get(pk=outcome.job.pk).state == "failed"
+    assert set(MemoryFile.objects.values_list("state", flat=True)) == {"failed"}
+    assert Chunk.objects.filter(agent=alice.agent).count() == 24
+
+
+def test_a_batch_collected_twice_writes_once(alice, server, indexed):
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+    server.complete()
+    first = collect(indexed)
+    second = collect(indexed)
+    assert len(first.collected) == 1 and second.collected == [] and second.polled == 0
+
+
+def test_the_admin_lists_batches_in_flight(alice, server, indexed, client):
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    User.objects.create_superuser("operator", "op@example.com", "pw")
+    client.login(username="operator", password="pw")
+    page = client.get("/admin/indexing/embeddingbatch/").content.decode()
+    assert batch.remote_id in page and "in_flight" in page
+    dashboard = client.get("/admin/").content.decode()
+    assert 'id="card-batches"' in dashboard and "1 job waiting" in dashboard
