@@ -16,7 +16,7 @@ and, once done, ``response.inlinedResponses.inlinedResponses``; the synchronous
 
 Batches stay in progress until the test moves them: ``complete(id)``, ``expire(id, keep=n)`` (only the
 first n requests answered), ``fail(id, message)``; ``auto_complete=True`` completes each one the first
-time it is polled. The vector of a text is the fake provider's (deterministic, unit length, words close).
+time it is polled; ``hold_downloads()`` makes result downloads wait. The vector of a text is the fake provider's (deterministic, unit length, words close).
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ class BatchEmbeddingServer:
         self.sync_inputs: list[str] = []  # texts embedded through the synchronous endpoint
         self.submitted_inputs: list[str] = []  # texts sent in batches
         self.polls = 0
+        # hold_downloads(): result downloads wait until release_downloads(); downloads_waiting is set
+        # when one is held (a test kills the worker collecting a batch there).
+        self.downloads_held: threading.Event | None = None
+        self.downloads_waiting = threading.Event()
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
         server = self
@@ -54,6 +58,9 @@ class BatchEmbeddingServer:
                 pass
 
             def do_GET(self):
+                if server.downloads_held is not None and "/content" in self.path:
+                    server.downloads_waiting.set()
+                    server.downloads_held.wait(timeout=120)
                 with server.lock:
                     status, answer = server.get(self.path, dict(self.headers))
                 self._send(status, answer)
@@ -70,7 +77,10 @@ class BatchEmbeddingServer:
                 self.send_header("Content-Type", "application/json" if not isinstance(answer, bytes) else "application/octet-stream")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
-                self.wfile.write(raw)
+                try:
+                    self.wfile.write(raw)
+                except (BrokenPipeError, ConnectionResetError):  # the client died waiting (a killed worker)
+                    pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         root = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -95,6 +105,14 @@ class BatchEmbeddingServer:
             for key in [batch_id] if batch_id else list(self.batches):
                 if self.batches[key]["state"] == "in_progress":
                     self._finish(key, "completed", keep=None)
+
+    def hold_downloads(self) -> None:
+        self.downloads_held = threading.Event()
+
+    def release_downloads(self) -> None:
+        held, self.downloads_held = self.downloads_held, None
+        if held is not None:
+            held.set()
 
     def expire(self, batch_id: str, *, keep: int) -> None:
         with self.lock:
