@@ -74,7 +74,7 @@ class SyncResponse(TypedDict):
 class Job(TypedDict):
     id: int
     trigger: str
-    state: str  # queued | running | done | failed
+    state: str  # queued | running | waiting (embeddings in a provider's batch) | done | failed
     files_seen: int
     files_changed: int
     files_removed: int
@@ -100,6 +100,9 @@ class Status(TypedDict):
     failed: int
     failed_jobs: int
     embedding: dict[str, Any]
+    # Batches of this agent's texts in flight at the provider's batch API: id, provider, remote_id,
+    # state, inputs, submitted_at, job.
+    embedding_batches: list[dict[str, Any]]
     last_indexed_at: str | None
 
 

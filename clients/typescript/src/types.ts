@@ -97,6 +97,16 @@ export interface Status {
   failed: number;
   failed_jobs: number;
   embedding: { provider: string; model: string | null; dimensions: number | null; vector_search: boolean };
+  /** Batches of this agent's texts in flight at the provider's batch API (half price, up to 24 h). */
+  embedding_batches: {
+    id: number;
+    provider: string;
+    remote_id: string;
+    state: "submitting" | "in_flight";
+    inputs: number;
+    submitted_at: string;
+    job: number | null;
+  }[];
   last_indexed_at: string | null;
 }
 
