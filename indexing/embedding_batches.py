@@ -55,6 +55,9 @@ UNFINISHED = (BatchState.SUBMITTING, BatchState.IN_FLIGHT)
 # Requests per batch: OpenAI takes 50,000 per batch file; Gemini's inlined requests must stay under
 # 20 MB, about 5,000 chunks of 400 tokens with their JSON.
 MAX_REQUESTS = {"openai": 50_000, "gemini": 5_000}
+# Both providers end a batch within 24 h (expired at worst); a batch polled in vain for longer than
+# this is given up on, and its texts are embedded synchronously.
+GIVE_UP_AFTER = timedelta(hours=26)
 
 
 @dataclass
@@ -324,18 +327,29 @@ def embedding_batches_collect(*, now: datetime | None = None) -> CollectOutcome:
             _batch_finish(batch=batch, poll=BatchPoll(status="abandoned", finished=True, failed="the embedding model changed since the batch was sent"), identity=None, now=now, outcome=outcome)
             continue
         try:
-            poll = batch_api_of(provider).poll(batch.remote_id)
-        except ProviderTransientError as exc:
-            logger.info("embedding batch %s: poll failed (%s); next interval", batch.pk, exc)
-            EmbeddingBatch.objects.filter(pk=batch.pk).update(remote_status=f"poll failed: {exc}"[:64])
-            continue
-        except ProviderPermanentError as exc:  # the batch is gone (404) or the key no longer works
-            poll = BatchPoll(status="unknown", finished=True, failed=str(exc))
-        if not poll.finished:
-            EmbeddingBatch.objects.filter(pk=batch.pk).update(remote_status=poll.status[:64])
-            continue
-        _batch_finish(batch=batch, poll=poll, identity=identity, now=now, outcome=outcome)
+            _batch_poll(batch=batch, provider=provider, now=now, outcome=outcome)
+        except Exception:
+            # One batch's surprise (an answer of an unexpected shape) must not stop the others behind it.
+            logger.exception("embedding batch %s (%s): collecting failed; next interval", batch.pk, batch.remote_id)
     return outcome
+
+
+def _batch_poll(*, batch: EmbeddingBatch, provider, now: datetime, outcome: CollectOutcome) -> None:
+    try:
+        poll = batch_api_of(provider).poll(batch.remote_id)
+    except ProviderTransientError as exc:
+        if batch.created_at < now - GIVE_UP_AFTER:
+            poll = BatchPoll(status="unknown", finished=True, failed=f"no answer from the provider past its 24 h window: {exc}")
+        else:
+            logger.info("embedding batch %s: poll failed (%s); next interval", batch.pk, exc)
+            EmbeddingBatch.objects.filter(pk=batch.pk).update(remote_status="poll failed")
+            return
+    except ProviderPermanentError as exc:  # the batch is gone (404) or the key no longer works
+        poll = BatchPoll(status="unknown", finished=True, failed=str(exc))
+    if not poll.finished:
+        EmbeddingBatch.objects.filter(pk=batch.pk).update(remote_status=poll.status[:64])
+        return
+    _batch_finish(batch=batch, poll=poll, identity=provider.identity, now=now, outcome=outcome)
 
 
 def _stale_submissions_fail(*, now: datetime) -> None:

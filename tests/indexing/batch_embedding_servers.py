@@ -45,6 +45,7 @@ class BatchEmbeddingServer:
         self.sync_inputs: list[str] = []  # texts embedded through the synchronous endpoint
         self.submitted_inputs: list[str] = []  # texts sent in batches
         self.polls = 0
+        self.poll_failures = 0  # the next n polls answer 503
         # hold_downloads(): result downloads wait until release_downloads(); downloads_waiting is set
         # when one is held (a test kills the worker collecting a batch there).
         self.downloads_held: threading.Event | None = None
@@ -154,6 +155,9 @@ class BatchEmbeddingServer:
     def get(self, path: str, headers: dict):
         if not self._authorised(headers):
             return 401, self._error("invalid api key")
+        if self.poll_failures and "batches/" in path:
+            self.poll_failures -= 1
+            return 503, self._error("the service is overloaded")
         if self.api == "openai":
             match = re.fullmatch(r"/v1/batches/([\w-]+)", path)
             if match and match.group(1) in self.batches:

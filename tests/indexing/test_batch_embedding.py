@@ -42,13 +42,13 @@ def server(request, settings):
     server.stop()
 
 
-def notes(count: int, *, shared: int = 3) -> list[SyncEntry]:
+def notes(count: int, *, shared: int = 3, tag: str = "") -> list[SyncEntry]:
     """``count`` files of two sections each; the last ``shared`` files repeat the first ones' text, so
-    the distinct texts are fewer than the chunks."""
+    the distinct texts are fewer than the chunks. ``tag`` changes every text."""
     entries = []
     for i in range(count):
         n = i % (count - shared) if i >= count - shared else i
-        content = f"# Trip {n}\n\nWe flew to city number {n} and ate dish {n}.\n\n# Hotel {n}\n\nRoom {n} faced the harbour {n}."
+        content = f"# Trip {n}\n\nWe flew{tag} to city number {n} and ate dish {n}.\n\n# Hotel {n}\n\nRoom {n}{tag} faced the harbour {n}."
         entries.append(SyncEntry(path=f"memory/trip-{i}.md", content=content))
     return entries
 
@@ -216,3 +216,41 @@ def test_the_admin_lists_batches_in_flight(alice, server, indexed, client):
     assert batch.remote_id in page and "in_flight" in page
     dashboard = client.get("/admin/").content.decode()
     assert 'id="card-batches"' in dashboard and "1 job waiting" in dashboard
+
+
+def test_a_poll_that_fails_is_tried_again_and_a_batch_silent_past_the_window_is_given_up(alice, server, indexed):
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    server.poll_failures = 1
+    server.complete()
+    assert collect(indexed).collected == []  # a 503: next interval
+    batch.refresh_from_db()
+    assert batch.state == "in_flight" and batch.remote_status == "poll failed"
+    assert collect(indexed).collected == [batch.pk]
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "done" and server.sync_inputs == []
+
+    # Another bulk job whose provider never answers again: given up on after the 24 h window.
+    with indexed():
+        later = workspace_sync(agent=alice.agent, entries=notes(12, tag=" again"))
+    stuck = EmbeddingBatch.objects.get(job=later.job)
+    server.poll_failures = 10
+    with indexed():
+        embedding_batches_collect(now=timezone.now() + timedelta(hours=27))
+    stuck.refresh_from_db()
+    assert stuck.state == "failed" and "past its 24 h window" in stuck.error
+    assert IndexJob.objects.get(pk=later.job.pk).state == "done"
+    assert sorted(server.sync_inputs) == sorted(server.submitted_inputs[batch.inputs:])
+
+
+def test_a_batch_of_an_old_model_is_dropped_and_the_job_reruns_under_the_new_one(alice, server, indexed, settings):
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    server.complete()
+    settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL, settings.MEMORYHUB_EMBEDDING_DIMENSIONS = "fake", "fake-hash", 64
+    collect(indexed)
+    batch.refresh_from_db()
+    assert batch.state == "failed" and "model changed" in batch.error and not EmbeddingCache.objects.filter(provider=server.api).exists()
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
+    assert set(Chunk.objects.filter(agent=alice.agent).values_list("embedding_identity", flat=True)) == {"fake:fake-hash:64"}
