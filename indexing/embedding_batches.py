@@ -255,14 +255,33 @@ def batch_api_of(provider: EmbeddingProvider | None):
 
 def batch_wanted(*, provider, job_id: int | None, inputs: int) -> bool:
     """Whether a pass of this job that needs ``inputs`` new embeddings goes through a batch: a bulk
-    job, at least the threshold, a provider with a batch API, and no finished batch of this job yet
-    (its rerun after a batch embeds what is left synchronously)."""
+    job of at least the threshold (this pass's inputs, or the chunks the job's files in flight make,
+    estimated: a sync of 4,000 one-chunk files is bulk work though each pass of 100 files is small),
+    a provider with a batch API, and no finished batch of this job yet (its rerun after a batch embeds
+    what is left synchronously)."""
     threshold = settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD
-    if job_id is None or not threshold or inputs < threshold or batch_api_of(provider) is None:
+    if job_id is None or not threshold or not inputs or batch_api_of(provider) is None:
         return False
     if not IndexJob.objects.filter(pk=job_id, trigger__in=BULK_TRIGGERS).exists():
         return False
-    return not EmbeddingBatch.objects.filter(job_id=job_id).exclude(state__in=UNFINISHED).exists()
+    if EmbeddingBatch.objects.filter(job_id=job_id).exclude(state__in=UNFINISHED).exists():
+        return False
+    return inputs >= threshold or job_chunks_estimate(job_id=job_id) >= threshold
+
+
+def job_chunks_estimate(*, job_id: int) -> int:
+    """About how many chunks the job's files still in flight make: one per MEMORYHUB_CHUNK_TOKENS × 4
+    bytes (about 4 bytes a cl100k token in prose), at least one per file."""
+    from django.db.models import Sum
+    from django.db.models.functions import Greatest
+
+    from indexing.states import IN_FLIGHT
+
+    per_chunk = settings.MEMORYHUB_CHUNK_TOKENS * 4
+    estimate = MemoryFile.objects.filter(job_id=job_id, state__in=IN_FLIGHT).aggregate(
+        chunks=Sum(Greatest(1, F("size") / per_chunk))
+    )["chunks"]
+    return int(estimate or 0)
 
 
 def embedding_batch_submit(*, provider, agent_id: int, job_id: int, texts: dict[str, str], file_ids: list[int]) -> list[EmbeddingBatch]:

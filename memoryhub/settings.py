@@ -335,8 +335,8 @@ MEMORYHUB_EMBEDDING_SEND_DIMENSIONS = env_choice(
 MEMORYHUB_EMBEDDING_WARM_UP = env_bool("MEMORYHUB_EMBEDDING_WARM_UP", True)
 # Seconds the `fake` test provider sleeps per request (0: a zero-latency embedder for benchmarks).
 MEMORYHUB_EMBEDDING_FAKE_LATENCY = env_float("MEMORYHUB_EMBEDDING_FAKE_LATENCY", 0.0, minimum=0)
-# Bulk work (a sync or re-index job, re-embedding after a model change) whose indexing pass needs at
-# least this many new embeddings goes through the provider's asynchronous batch API (openai: /v1/batches;
+# Bulk work (a sync or re-index job, re-embedding after a model change) of at least this many chunks
+# (one pass needing that many new embeddings, or the job's files in flight, estimated by size) goes through the provider's asynchronous batch API (openai: /v1/batches;
 # gemini: asyncBatchEmbedContent) at half the price, results within the provider's window (up to 24 h);
 # keyword search finds the files meanwhile. 0: never (every embedding synchronous). Uploads always stay
 # synchronous. indexing/embedding_batches.py; docs/providers.md "Batch embedding".

@@ -254,3 +254,31 @@ def test_a_batch_of_an_old_model_is_dropped_and_the_job_reruns_under_the_new_one
     assert batch.state == "failed" and "model changed" in batch.error and not EmbeddingCache.objects.filter(provider=server.api).exists()
     assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
     assert set(Chunk.objects.filter(agent=alice.agent).values_list("embedding_identity", flat=True)) == {"fake:fake-hash:64"}
+
+
+def test_a_sync_of_many_small_files_is_bulk_work_though_each_pass_is_small(alice, server, indexed, settings):
+    # 120 one-chunk files: two passes (100 files, then 20), each needing fewer texts than the threshold;
+    # the job's 120 chunks reach it, so both passes go through batches and the job waits for both.
+    settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD = 110
+    entries = [SyncEntry(path=f"log/{i}.md", content=f"Entry {i}: the lighthouse keeper counted {i} ships.") for i in range(120)]
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=entries)
+    batches = list(EmbeddingBatch.objects.order_by("id"))
+    assert [b.inputs for b in batches] == [100, 20] and server.sync_inputs == []
+    server.complete(batches[0].remote_id)
+    first = collect(indexed)
+    assert first.collected == [batches[0].pk] and first.jobs_queued == []  # the job waits for its other batch
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "waiting"
+    server.complete(batches[1].remote_id)
+    assert collect(indexed).jobs_queued == [outcome.job.pk]
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
+    assert MemoryFile.objects.filter(agent=alice.agent, state="indexed").count() == 120
+    assert server.sync_inputs == [] and len(set(server.submitted_inputs)) == len(server.submitted_inputs) == 120
+
+
+def test_a_small_sync_of_small_files_stays_synchronous(alice, server, indexed, settings):
+    settings.MEMORYHUB_EMBEDDING_BATCH_API_THRESHOLD = 110
+    entries = [SyncEntry(path=f"log/{i}.md", content=f"Entry {i}: the lighthouse keeper counted {i} ships.") for i in range(100)]
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=entries)
+    assert not EmbeddingBatch.objects.exists() and len(server.sync_inputs) == 100
