@@ -8,8 +8,8 @@ new embeddings does not call the provider synchronously:
    sends the texts to the provider — OpenAI: a JSONL file uploaded to ``/v1/files`` (purpose
    ``batch``), then ``/v1/batches`` for ``/v1/embeddings`` with a 24 h window; Gemini:
    ``models/{model}:asyncBatchEmbedContent`` with the requests inlined — and stores the provider's
-   batch id on the row. Only then are the files put back to ``pending`` (their chunks are written:
-   keyword search finds them) and the job to ``waiting``, in the same transaction.
+   batch id on the row. Then one transaction sets the row ``in_flight``, the files back to ``pending``
+   (their chunks are written: keyword search finds them) and the job to ``waiting``.
 2. ``embedding_batches_collect`` (beat, every MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL seconds)
    polls each batch in flight. A finished batch's vectors go into the shared EmbeddingCache, and once
    every batch of the job is finished the job is queued again: its rerun finds every vector in the
@@ -17,11 +17,11 @@ new embeddings does not call the provider synchronously:
    expired batch is recorded with the provider's reason; the rerun embeds whatever the batch did not
    return synchronously (a job embeds through a batch once; its rerun never waits on another).
 
-Nothing is lost when a worker dies: before the provider is asked the row exists, and the provider's id
-is on it before anything waits; the collector is any worker's periodic task. A worker that dies between
-the provider's answer and that write leaves its files ``indexing``: their lease runs out, the job runs
-again and embeds synchronously (the row, still ``submitting``, is marked failed after
-MEMORYHUB_INDEX_STUCK_AFTER).
+Nothing is lost when a worker dies: before the provider is asked the row exists, the provider's id is
+stored as soon as it answers, and the files and the job wait only once it is; the collector is any
+worker's periodic task. A worker that dies before the files wait leaves them ``indexing``: their lease
+runs out and the job runs again (that pass is sent again; the unused row, still ``submitting``, is
+marked failed after MEMORYHUB_INDEX_STUCK_AFTER).
 """
 
 from __future__ import annotations
@@ -285,7 +285,8 @@ def job_chunks_estimate(*, job_id: int) -> int:
 
 
 def embedding_batch_submit(*, provider, agent_id: int, job_id: int, texts: dict[str, str], file_ids: list[int]) -> list[EmbeddingBatch]:
-    """Send ``texts`` (text hash → text) to the provider's batch API; the rows of the batches in flight.
+    """Send ``texts`` (text hash → text) to the provider's batch API; the rows of the batches, with the
+    provider's ids stored, still ``submitting`` (``embedding_batches_in_flight`` sets them going).
     Raises ProviderError when the provider refused: nothing is in flight then (the rows say why), and
     the caller embeds synchronously."""
     api = batch_api_of(provider)
@@ -302,14 +303,24 @@ def embedding_batch_submit(*, provider, agent_id: int, job_id: int, texts: dict[
         try:
             remote_id = api.submit(texts=[texts[k] for k in part], keys=part, label=f"memoryhub-batch-{row.pk}")
         except ProviderError as exc:
-            EmbeddingBatch.objects.filter(pk=row.pk).update(state=BatchState.FAILED, error=str(exc)[:2000], finished_at=timezone.now())
-            # The parts already in flight are collected as usual; this pass embeds synchronously.
+            now = timezone.now()
+            EmbeddingBatch.objects.filter(pk=row.pk).update(state=BatchState.FAILED, error=str(exc)[:2000], finished_at=now)
+            # Parts the provider took already are not waited for: this pass embeds all of it synchronously.
+            EmbeddingBatch.objects.filter(pk__in=[b.pk for b in batches]).update(
+                state=BatchState.FAILED, error=f"another part of the pass was refused: {exc}"[:2000], finished_at=now
+            )
             raise
-        EmbeddingBatch.objects.filter(pk=row.pk).update(state=BatchState.IN_FLIGHT, remote_id=remote_id)
-        row.state, row.remote_id = BatchState.IN_FLIGHT, remote_id
+        EmbeddingBatch.objects.filter(pk=row.pk).update(remote_id=remote_id)
+        row.remote_id = remote_id
         logger.info("embedding batch %s: %d text(s) of job %s sent to %s as %s", row.pk, len(part), job_id, identity.provider, remote_id)
         batches.append(row)
     return batches
+
+
+def embedding_batches_in_flight(*, batches: list[EmbeddingBatch]) -> None:
+    """submitting → in_flight: in the caller's transaction, the one that makes the files and the job
+    wait, so the collector never finishes a batch whose job is not waiting for it yet."""
+    EmbeddingBatch.objects.filter(pk__in=[b.pk for b in batches], state=BatchState.SUBMITTING).update(state=BatchState.IN_FLIGHT)
 
 
 # --- collecting -----------------------------------------------------------------------------------
@@ -372,12 +383,14 @@ def _batch_poll(*, batch: EmbeddingBatch, provider, now: datetime, outcome: Coll
 
 
 def _stale_submissions_fail(*, now: datetime) -> None:
-    """A row left ``submitting`` past the stuck-work cutoff: its worker died before the provider's id
-    was stored; its files came back through their lease and were embedded synchronously."""
+    """A row left ``submitting`` past the stuck-work cutoff: its worker died before the job waited for
+    it; its files came back through their lease. A job still waiting on it (none should) is resumed."""
     cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_STUCK_AFTER)
-    EmbeddingBatch.objects.filter(state=BatchState.SUBMITTING, created_at__lt=cutoff).update(
-        state=BatchState.FAILED, error="the worker submitting it stopped before the provider confirmed it", finished_at=now
-    )
+    stale = list(EmbeddingBatch.objects.filter(state=BatchState.SUBMITTING, created_at__lt=cutoff))
+    for batch in stale:
+        error = "the worker submitting it stopped before its job waited for it"
+        if EmbeddingBatch.objects.filter(pk=batch.pk, state=BatchState.SUBMITTING).update(state=BatchState.FAILED, error=error, finished_at=now):
+            _job_resume(batch=batch, reason=f"embedding batch {batch.remote_id or batch.pk} failed: {error}")
 
 
 def _valid(vector: Vector, dimensions: int) -> bool:

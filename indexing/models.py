@@ -205,7 +205,8 @@ class EmbeddingBatch(models.Model):
     provider's batch id as soon as it exists, so a worker that dies never loses a batch."""
 
     class State(models.TextChoices):
-        SUBMITTING = "submitting"  # the row exists, the provider has not confirmed the batch yet
+        # The row exists; the provider's id is stored as soon as it answers. in_flight once the job waits.
+        SUBMITTING = "submitting"
         IN_FLIGHT = "in_flight"  # the provider holds it; polled every MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL
         DONE = "done"  # every vector collected into the EmbeddingCache
         PARTIAL = "partial"  # collected, some inputs without a vector (expired or failed lines): embedded synchronously

@@ -360,14 +360,14 @@ def _batch_submitted(*, awaiting, needed: dict[str, str], outcomes, provider, jo
     True when they are in flight: the batch's id is stored, then the files go back to ``pending``
     (their chunks written, keyword-searchable) and the job to ``waiting`` until the collector has the
     vectors. A provider that refuses the batch costs nothing: the pass embeds synchronously."""
-    from indexing.embedding_batches import batch_wanted, embedding_batch_submit
+    from indexing.embedding_batches import batch_wanted, embedding_batch_submit, embedding_batches_in_flight
     from indexing.embeddings import ProviderError
 
     if not batch_wanted(provider=provider, job_id=job_id, inputs=len(needed)):
         return False
     files = [f for f, _ in awaiting]
     try:
-        embedding_batch_submit(
+        batches = embedding_batch_submit(
             provider=provider, agent_id=files[0].agent_id, job_id=job_id, texts=needed, file_ids=[f.pk for f in files]
         )
     except ProviderError as exc:
@@ -375,6 +375,7 @@ def _batch_submitted(*, awaiting, needed: dict[str, str], outcomes, provider, jo
         return False
     now = timezone.now()
     with transaction.atomic():
+        embedding_batches_in_flight(batches=batches)
         live, _ = _files_live(files=files, outcomes=outcomes)
         MemoryFile.objects.filter(pk__in=[f.pk for f in live], state=State.INDEXING).update(**to_pending(now=now))
         IndexJob.objects.filter(pk=job_id, state=JobState.RUNNING).update(**job_to_waiting())

@@ -282,3 +282,20 @@ def test_a_small_sync_of_small_files_stays_synchronous(alice, server, indexed, s
     with indexed():
         workspace_sync(agent=alice.agent, entries=entries)
     assert not EmbeddingBatch.objects.exists() and len(server.sync_inputs) == 100
+
+
+def test_a_batch_is_not_collected_before_its_job_waits_and_a_dead_submission_is_marked_failed(alice, server, indexed, settings):
+    # What a worker killed between the provider's answer and the transaction that makes the job wait leaves.
+    with indexed():
+        outcome = workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    EmbeddingBatch.objects.filter(pk=batch.pk).update(state="submitting")
+    server.complete()
+    assert collect(indexed).polled == 0  # a submitting batch is not the collector's yet
+    with indexed():
+        embedding_batches_collect(now=timezone.now() + timedelta(seconds=settings.MEMORYHUB_INDEX_STUCK_AFTER + 1))
+    batch.refresh_from_db()
+    assert batch.state == "failed" and "stopped before" in batch.error and batch.remote_id
+    # Its job is not left waiting on it: it runs again and embeds synchronously.
+    assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
+    assert sorted(server.sync_inputs) == sorted(server.submitted_inputs)
