@@ -178,6 +178,12 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
         return cursor.fetchone()
 
 
+def _batches_in_flight(*, agent: Agent) -> bool:
+    from indexing.embedding_batches import batches_in_flight
+
+    return batches_in_flight(agent_id=agent.pk).exists()
+
+
 def memory_search(
     *,
     agent: Agent,
@@ -293,7 +299,10 @@ def _memory_search(
     if pending > awaiting_vectors:
         notes.append(f"{pending - awaiting_vectors} file(s) are still being indexed; recent changes may not be searchable yet.")
     if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet
-        notes.append(f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed.")
+        note = f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed"
+        if _batches_in_flight(agent=agent):
+            note += " (bulk work in the embedding provider's batch: within its window, up to 24 h)"
+        notes.append(note + ".")
     metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,

@@ -80,6 +80,8 @@ def test_a_bulk_sync_is_embedded_through_the_batch_api_once_and_never_synchronou
     # Meanwhile: keyword search finds the files; status shows the batch and the files awaiting vectors.
     response = alice.client.post("/api/v1/search", {"query": "harbour", "mode": "keyword"}, format="json")
     assert response.status_code == 200 and response.json()["results"], response.content
+    response = alice.client.post("/api/v1/search", {"query": "harbour"}, format="json")
+    assert response.json()["results"] and "in the embedding provider's batch" in response.json()["message"]
     status = alice.client.get("/api/v1/status").json()
     assert status["awaiting_vectors"] == 12 and status["pending"] == 12
     assert [(b["provider"], b["remote_id"], b["state"], b["inputs"]) for b in status["embedding_batches"]] == [
