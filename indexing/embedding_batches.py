@@ -58,6 +58,7 @@ MAX_REQUESTS = {"openai": 50_000, "gemini": 5_000}
 # Both providers end a batch within 24 h (expired at worst); a batch polled in vain for longer than
 # this is given up on, and its texts are embedded synchronously.
 GIVE_UP_AFTER = timedelta(hours=26)
+FILE_TRANSFER_TIMEOUT = 600.0  # seconds
 
 
 @dataclass
@@ -83,6 +84,8 @@ class OpenAIBatchAPI:
     def __init__(self, provider) -> None:
         self.provider = provider
         self.client = provider.client
+        # A batch file is up to 50,000 texts (tens of MB): its upload and download get longer than a request.
+        self.files = provider.client.with_options(timeout=max(FILE_TRANSFER_TIMEOUT, provider.client.timeout or 0)).files
 
     def submit(self, *, texts: list[str], keys: list[str], label: str) -> str:
         import openai
@@ -97,7 +100,7 @@ class OpenAIBatchAPI:
         ]
         data = ("\n".join(lines) + "\n").encode()
         try:
-            uploaded = self.client.files.create(file=(f"{label}.jsonl", data, "application/jsonl"), purpose="batch")
+            uploaded = self.files.create(file=(f"{label}.jsonl", data, "application/jsonl"), purpose="batch")
             batch = self.client.batches.create(
                 input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h", metadata={"memoryhub": label}
             )
@@ -114,9 +117,9 @@ class OpenAIBatchAPI:
                 return BatchPoll(status=batch.status)
             poll = BatchPoll(status=batch.status, finished=True)
             if batch.output_file_id:
-                self._read(self.client.files.content(batch.output_file_id).text, poll)
+                self._read(self.files.content(batch.output_file_id).text, poll)
             if batch.error_file_id:
-                self._read(self.client.files.content(batch.error_file_id).text, poll)
+                self._read(self.files.content(batch.error_file_id).text, poll)
         except openai.OpenAIError as exc:
             raise _provider_error(exc, f"polling openai batch {remote_id}") from None
         if batch.status != "completed":
