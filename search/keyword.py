@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
 
 from indexing.keyword_document import KEYWORD_CONFIG, keyword_document
 from indexing.tables import CHUNK, FILE
+from memoryhub.replicas import read_connection as connection  # the search's database: a replica or the primary
 from search.models import KeywordAgentStats, KeywordTermStats
 from search.types import SearchFilters
 

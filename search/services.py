@@ -25,7 +25,7 @@ from collections import OrderedDict
 from datetime import date, datetime, timezone as dt_timezone
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
@@ -33,6 +33,7 @@ from indexing.models import Chunk, MemoryFile
 from indexing.tables import CHUNK, FILE
 from memoryhub import metrics
 from memoryhub.domain import InvalidInput
+from memoryhub.replicas import read_connection, replica_failed, replica_reads, search_read_alias
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -157,7 +158,7 @@ def recency_factor(path: str, *, today: date, boost: float, half_life_days: floa
 
 
 def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(
             f"SELECT EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %s AND embedding_identity = %s "
             "AND embedding IS NOT NULL)",
@@ -168,8 +169,9 @@ def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
 
 def _pending_files(*, agent: Agent) -> tuple[int, int]:
     """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
-    their vectors are not — see indexing.services.files_index)."""
-    with connection.cursor() as cursor:
+    their vectors are not — see indexing.services.files_index). Read on the primary even when the search
+    reads a replica: a file stored a moment ago is counted, not missed (read-your-writes)."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(
             f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
             "WHERE agent_id = %s AND state = ANY(%s)",
@@ -191,7 +193,7 @@ def memory_search(
     """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (Busy) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
-        response = _memory_search(
+        response = _memory_search_routed(
             agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
             explain=explain, deadline=deadline,
         )
@@ -199,6 +201,20 @@ def memory_search(
         # the ones worth seeing); a failure to write it never fails the search.
         search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
     return response
+
+
+def _memory_search_routed(*, deadline: SearchDeadline, **search) -> SearchResponse:
+    """The search on a read replica when one is fit (memoryhub/replicas.py), else on the primary. A
+    replica that fails during the search (gone, restarted, a query cancelled by its recovery) is set
+    aside and the search runs again on the primary, within the same deadline: the caller never sees it."""
+    alias = search_read_alias()
+    if alias != DEFAULT_DB_ALIAS:
+        try:
+            with replica_reads(alias):
+                return _memory_search(deadline=deadline, **search)
+        except DatabaseError as exc:
+            replica_failed(alias, reason=f"{exc.__class__.__name__} during a search: {str(exc).strip()[:200]}")
+    return _memory_search(deadline=deadline, **search)
 
 
 def _memory_search(
@@ -229,8 +245,9 @@ def _memory_search(
     identity = configured_identity()
     embedding: list[list[float]] | None = None  # one vector per window of the query
     try:
-        with deadline.queries():
+        with deadline.queries(using=DEFAULT_DB_ALIAS):
             pending, awaiting_vectors = _pending_files(agent=agent)
+        with deadline.queries():
             has_vectors = used_mode != "keyword" and identity.has_vectors and _agent_has_vectors(agent=agent, identity=identity)
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
