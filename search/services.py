@@ -207,7 +207,8 @@ def _memory_search_routed(*, deadline: SearchDeadline, **search) -> SearchRespon
     """The search on a read replica when one is fit (memoryhub/replicas.py), else on the primary. A
     replica that fails during the search (gone, restarted, a query cancelled by its recovery) is set
     aside and the search runs again on the primary, within the same deadline: the caller never sees it."""
-    alias = search_read_alias()
+    # Inside a caller's transaction on the primary, the search must see what that transaction wrote.
+    alias = DEFAULT_DB_ALIAS if connections[DEFAULT_DB_ALIAS].in_atomic_block else search_read_alias()
     if alias != DEFAULT_DB_ALIAS:
         try:
             with replica_reads(alias):

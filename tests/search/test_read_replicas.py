@@ -187,3 +187,19 @@ def test_orm_reads_go_to_the_replica_only_inside_a_search_and_writes_never(repli
         assert router.db_for_write(MemoryFile) == DEFAULT_DB_ALIAS
     assert router.db_for_read(MemoryFile) == DEFAULT_DB_ALIAS  # outside a search: the primary
     assert not router.allow_migrate(ALIAS, "indexing")
+
+
+def test_a_search_inside_a_transaction_on_the_primary_reads_the_primary(alice, index_files, replica):
+    from django.db import transaction
+
+    from indexing.writes import file_ingest
+
+    index_files(alice, {"notes/heron.md": "The heron project ships in May; Caroline owns it.\n"})
+    wait_until_replica("pg_last_wal_replay_lsn()")
+    with transaction.atomic():
+        file_ingest(agent=alice.agent, path="notes/osprey.md", content="The osprey migration finished in June.\n")
+        with CaptureQueriesContext(connections[ALIAS]) as on_replica:
+            response = memory_search(agent=alice.agent, query="heron project")
+        assert [result.path for result in response.results] == ["notes/heron.md"]
+        assert response.pending == 1  # the file this transaction stored, not yet indexed
+    assert on_replica.captured_queries == []
