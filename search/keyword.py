@@ -297,7 +297,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         for number, value in enumerate(filter_params):
             clause = clause.replace("%s", f"%(filter_{number})s", 1)
             params[f"filter_{number}"] = value
-        file_join = f"JOIN {FILE} f ON f.id = s.file_id"
+        file_join = f"JOIN {FILE} f ON f.agent_id = %(agent)s AND f.id = s.file_id"  # the agent's shard only
         file_where = f"WHERE {clause}"
 
     large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
