@@ -156,15 +156,22 @@ if MEMORYHUB_DB_POOL_SIZE:
 DATABASE_REPLICA_URLS = env_list("DATABASE_REPLICA_URLS", [])
 DATABASE_REPLICA_MAX_LAG_SECONDS = env_float("DATABASE_REPLICA_MAX_LAG_SECONDS", 30.0, minimum=0)
 DATABASE_REPLICA_RETRY_SECONDS = env_float("DATABASE_REPLICA_RETRY_SECONDS", 30.0, minimum=0)
+# How long a search may wait to reach a replica (to connect, or for a pooled connection) before it reads
+# the primary instead: a replica host that is down must cost a search seconds, not the TCP timeout.
+DATABASE_REPLICA_CONNECT_TIMEOUT = env_int("DATABASE_REPLICA_CONNECT_TIMEOUT", 2, minimum=1)
 MEMORYHUB_DB_REPLICA_ALIASES = []
 for _number, _url in enumerate(DATABASE_REPLICA_URLS, start=1):
     _replica = _database_from_url(_url, name=f"DATABASE_REPLICA_URLS (entry {_number})")
+    _replica_pool = (
+        {"pool": {**DATABASES["default"]["OPTIONS"]["pool"], "timeout": min(MEMORYHUB_DB_POOL_TIMEOUT, DATABASE_REPLICA_CONNECT_TIMEOUT)}}
+        if MEMORYHUB_DB_POOL_SIZE else {}
+    )
     DATABASES[f"replica_{_number}"] = {
         "ENGINE": "django.db.backends.postgresql",
         "CONN_MAX_AGE": DATABASES["default"]["CONN_MAX_AGE"],
         "CONN_HEALTH_CHECKS": True,
         **_replica,
-        "OPTIONS": {**_replica["OPTIONS"], **({"pool": DATABASES["default"]["OPTIONS"]["pool"]} if MEMORYHUB_DB_POOL_SIZE else {})},
+        "OPTIONS": {"connect_timeout": DATABASE_REPLICA_CONNECT_TIMEOUT, **_replica["OPTIONS"], **_replica_pool},
         # The test runner creates no database on a replica: its alias reads the test database.
         "TEST": {"MIRROR": "default"},
     }

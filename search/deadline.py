@@ -55,6 +55,8 @@ class SearchDeadline:
 
     def __exit__(self, *exc) -> None:
         for alias, previous in self._previous.items():
+            if connections[alias].connection is None:  # closed (a replica that failed): nothing to put back
+                continue
             try:
                 with connections[alias].cursor() as cursor:
                     cursor.execute("SELECT set_config('statement_timeout', %s, false)", [previous])

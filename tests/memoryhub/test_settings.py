@@ -66,7 +66,8 @@ def test_each_replica_url_is_a_database_alias_searches_may_read_and_the_test_run
         "import django, json; django.setup(); from django.conf import settings; "
         "r = settings.DATABASES['replica_2']; "
         "print(json.dumps([settings.MEMORYHUB_DB_REPLICA_ALIASES, r['HOST'], r['PORT'], r['NAME'], r['USER'], "
-        "r['TEST']['MIRROR'], r['OPTIONS'].get('pool', {}).get('max_size'), settings.DATABASE_ROUTERS]))"
+        "r['TEST']['MIRROR'], r['OPTIONS']['pool']['max_size'], r['OPTIONS']['pool']['timeout'], "
+        "r['OPTIONS']['connect_timeout'], r['OPTIONS']['sslmode'], settings.DATABASE_ROUTERS]))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -83,7 +84,8 @@ def test_each_replica_url_is_a_database_alias_searches_may_read_and_the_test_run
     import json
 
     assert json.loads(result.stdout) == [
-        ["replica_1", "replica_2"], "replica-b", "5434", "memoryhub", "reader", "default", 4,
+        # A search waits for a replica's pooled connection no longer than DATABASE_REPLICA_CONNECT_TIMEOUT.
+        ["replica_1", "replica_2"], "replica-b", "5434", "memoryhub", "reader", "default", 4, 2, 2, "require",
         ["memoryhub.replicas.ReadReplicaRouter"],
     ]
 

@@ -67,8 +67,16 @@ def clock(monkeypatch):
     return now
 
 
-@pytest.fixture
-def replica(replica_server, settings, clock):
+# How settings.py connects to a replica: persistent connections, or a pool (MEMORYHUB_DB_POOL_SIZE) whose
+# wait for a connection is DATABASE_REPLICA_CONNECT_TIMEOUT.
+CONNECTIONS = {
+    "persistent": {"OPTIONS": {"connect_timeout": 2}},
+    "pooled": {"CONN_MAX_AGE": 0, "OPTIONS": {"connect_timeout": 2, "pool": {"min_size": 1, "max_size": 2, "timeout": 2}}},
+}
+
+
+@pytest.fixture(params=list(CONNECTIONS))
+def replica(request, replica_server, settings, clock):
     """The replica as the only entry of the replica list, searched with no lag limit unless a test sets one."""
     if not embedded_postgres.is_running(replica_server.data_dir):
         replica_server.start()
@@ -77,7 +85,7 @@ def replica(replica_server, settings, clock):
     # flushes it (a hot standby is read-only), and it reads the test database through the replica.
     connections[ALIAS] = DatabaseWrapper(
         {**primary, "ENGINE": "django.db.backends.postgresql", "HOST": replica_server.params["host"],
-         "PORT": str(replica_server.params["port"]), "USER": replica_server.params["user"]},
+         "PORT": str(replica_server.params["port"]), "USER": replica_server.params["user"], **CONNECTIONS[request.param]},
         alias=ALIAS,
     )
     settings.MEMORYHUB_DB_REPLICA_ALIASES = [ALIAS]
@@ -86,6 +94,7 @@ def replica(replica_server, settings, clock):
     replicas.replicas_reset()
     yield replica_server
     connections[ALIAS].close()
+    connections[ALIAS].close_pool()
     del connections[ALIAS]
     replicas.replicas_reset()
 
