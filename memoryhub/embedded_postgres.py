@@ -8,7 +8,12 @@ The server is started on demand by whichever process needs it first (its first d
 through memoryhub/embedded_db, ``make run``, the test session) and keeps running until ``stop`` is called: ``make run`` stops it on Ctrl-C, and
 ``python -m memoryhub.embedded_postgres stop`` stops it by hand.
 
-Command line: ``python -m memoryhub.embedded_postgres start|stop|status [--data-dir DIR]``.
+A streaming replica of the embedded server (to try DATABASE_REPLICA_URLS on one machine; the read-replica
+test starts one): ``replica_start`` copies the running server with ``pg_basebackup`` into its own folder
+and starts it as a hot standby on a socket in that folder; ``stop`` stops it like any data folder.
+
+Command line: ``python -m memoryhub.embedded_postgres start|stop|status [--data-dir DIR]``, and
+``python -m memoryhub.embedded_postgres replica --replica-dir DIR`` (prints the replica's URL).
 """
 
 import argparse
@@ -80,19 +85,60 @@ def _ensure_database(params: dict) -> None:
             conn.execute(f'CREATE DATABASE "{params["dbname"]}"')
 
 
+def _server_user() -> str | None:
+    """pgserver runs postgres as this user when started by root (postgres refuses to run as root)."""
+    import os
+
+    return "pgserver" if os.geteuid() == 0 else None
+
+
+def replica_start(*, replica_dir: Path, primary_dir: Path = DEFAULT_DATA_DIR) -> dict:
+    """Start a streaming replica of the embedded server in ``primary_dir`` (started if needed) from
+    ``replica_dir``: an empty folder is filled by ``pg_basebackup -R`` (a base backup that starts as a
+    standby of the primary), a filled one is started again. Returns its connection parameters."""
+    import shutil
+
+    from pgserver._commands import pg_basebackup, pg_ctl
+
+    primary = ensure_running(primary_dir)
+    replica_dir = Path(replica_dir).resolve()
+    user = _server_user()
+    if not (replica_dir / "PG_VERSION").exists():
+        replica_dir.mkdir(parents=True, exist_ok=True)
+        replica_dir.chmod(0o700)  # postgres refuses a data folder others can read
+        if user is not None:
+            shutil.chown(replica_dir, user=user)
+        pg_basebackup(
+            ["-h", primary["host"], "-p", str(primary["port"]), "-U", primary["user"], "-D", str(replica_dir),
+             "-R", "-X", "stream", "-c", "fast"],
+            user=user,
+        )
+        # The primary keeps its socket, pgserver's bookkeeping and its log in its data folder, and the
+        # base backup copies them: a copied socket lock would stop the replica from starting.
+        for leftover in [*replica_dir.glob(".s.PGSQL.*"), replica_dir / ".handle_pids.json", replica_dir / "log"]:
+            leftover.unlink(missing_ok=True)
+    if _postmaster(replica_dir) is None:
+        # Its own socket folder, no TCP (as the primary): the same port number cannot collide.
+        pg_ctl(["-w", "-t", str(STOP_TIMEOUT_SECONDS), "-o", '-h ""', "-o", f"-k {replica_dir}", "-l", str(replica_dir / "log"), "start"],
+               pgdata=replica_dir, user=user)
+        started_here.add(replica_dir)
+    info = _postmaster(replica_dir)
+    if info is None:
+        raise RuntimeError(f"embedded PostgreSQL replica in {replica_dir} did not start; see {replica_dir / 'log'}")
+    return {"host": str(info.socket_dir), "port": info.port, "user": "postgres", "dbname": DATABASE_NAME}
+
+
 def stop(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
     """Stop the server cleanly (``pg_ctl stop -m fast``). Returns False when it was not running."""
     data_dir = Path(data_dir).resolve()
     if _postmaster(data_dir) is None:
         return False
-    import os
-
     from pgserver._commands import pg_ctl
 
     import subprocess
     import time
 
-    user = "pgserver" if os.geteuid() == 0 else None  # pgserver runs postgres as this user under root
+    user = _server_user()
     try:
         # pg_ctl gives up after -t seconds (default 60) while the shutdown checkpoint may still be
         # writing on a loaded machine; a slow stop is not a failed one, so wait for the postmaster.
@@ -115,10 +161,18 @@ def _postmaster_alive(data_dir: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memoryhub.embedded_postgres", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("action", choices=["start", "stop", "status", "replica"])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--replica-dir", type=Path, help="replica: the replica's data folder (created by the first run)")
     args = parser.parse_args(argv)
-    if args.action == "start":
+    if args.action == "replica":
+        if args.replica_dir is None:
+            parser.error("replica needs --replica-dir")
+        params = replica_start(replica_dir=args.replica_dir, primary_dir=args.data_dir)
+        print(f"replica of {args.data_dir} running in {args.replica_dir}: "
+              f"DATABASE_REPLICA_URLS=postgresql://postgres@/{params['dbname']}?host={params['host']}&port={params['port']}")
+        print(f"stop it with: python -m memoryhub.embedded_postgres stop --data-dir {args.replica_dir}")
+    elif args.action == "start":
         params = ensure_running(args.data_dir)
         print(f"embedded PostgreSQL running in {args.data_dir} (socket {params['host']})")
     elif args.action == "stop":

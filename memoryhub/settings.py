@@ -95,10 +95,10 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 
 
 # --- Database: always PostgreSQL with pgvector ---------------------------------------------------
-def _database_from_url(url: str) -> dict:
+def _database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql"):
-        raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// URL, got scheme {parsed.scheme!r}")
+        raise ImproperlyConfigured(f"{name} must be a postgres:// URL, got scheme {parsed.scheme!r}")
     query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
     host = query.pop("host", None) or parsed.hostname or ""
     return {
@@ -147,6 +147,36 @@ if MEMORYHUB_DB_POOL_SIZE:
         **DATABASES["default"]["OPTIONS"],
         "pool": {"min_size": 1, "max_size": MEMORYHUB_DB_POOL_SIZE, "timeout": MEMORYHUB_DB_POOL_TIMEOUT, "max_idle": 300},
     }
+
+# Read replicas (memoryhub/replicas.py): searches read from streaming replicas of the database, each one
+# a postgres:// URL in DATABASE_REPLICA_URLS (comma-separated), as aliases replica_1, replica_2, …, with
+# the primary's connection settings (pool included). Writes and every other read stay on the primary. A
+# replica that is unreachable, or lags more than DATABASE_REPLICA_MAX_LAG_SECONDS (0 = no limit), is left
+# alone for DATABASE_REPLICA_RETRY_SECONDS while searches read from the primary.
+DATABASE_REPLICA_URLS = env_list("DATABASE_REPLICA_URLS", [])
+DATABASE_REPLICA_MAX_LAG_SECONDS = env_float("DATABASE_REPLICA_MAX_LAG_SECONDS", 30.0, minimum=0)
+DATABASE_REPLICA_RETRY_SECONDS = env_float("DATABASE_REPLICA_RETRY_SECONDS", 30.0, minimum=0)
+# How long a search may wait to reach a replica (to connect, or for a pooled connection) before it reads
+# the primary instead: a replica host that is down must cost a search seconds, not the TCP timeout.
+DATABASE_REPLICA_CONNECT_TIMEOUT = env_int("DATABASE_REPLICA_CONNECT_TIMEOUT", 2, minimum=1)
+MEMORYHUB_DB_REPLICA_ALIASES = []
+for _number, _url in enumerate(DATABASE_REPLICA_URLS, start=1):
+    _replica = _database_from_url(_url, name=f"DATABASE_REPLICA_URLS (entry {_number})")
+    _replica_pool = (
+        {"pool": {**DATABASES["default"]["OPTIONS"]["pool"], "timeout": min(MEMORYHUB_DB_POOL_TIMEOUT, DATABASE_REPLICA_CONNECT_TIMEOUT)}}
+        if MEMORYHUB_DB_POOL_SIZE else {}
+    )
+    DATABASES[f"replica_{_number}"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "CONN_MAX_AGE": DATABASES["default"]["CONN_MAX_AGE"],
+        "CONN_HEALTH_CHECKS": True,
+        **_replica,
+        "OPTIONS": {"connect_timeout": DATABASE_REPLICA_CONNECT_TIMEOUT, **_replica["OPTIONS"], **_replica_pool},
+        # The test runner creates no database on a replica: its alias reads the test database.
+        "TEST": {"MIRROR": "default"},
+    }
+    MEMORYHUB_DB_REPLICA_ALIASES.append(f"replica_{_number}")
+DATABASE_ROUTERS = ["memoryhub.replicas.ReadReplicaRouter"]
 
 # --- Celery on Redis -----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

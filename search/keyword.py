@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
 
 from indexing.keyword_document import KEYWORD_CONFIG, keyword_document
 from indexing.tables import CHUNK, FILE
+from memoryhub.replicas import read_connection as connection  # the search's database: a replica or the primary
 from search.models import KeywordAgentStats, KeywordTermStats
 from search.types import SearchFilters
 
@@ -297,7 +297,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         for number, value in enumerate(filter_params):
             clause = clause.replace("%s", f"%(filter_{number})s", 1)
             params[f"filter_{number}"] = value
-        file_join = f"JOIN {FILE} f ON f.id = s.file_id"
+        file_join = f"JOIN {FILE} f ON f.agent_id = %(agent)s AND f.id = s.file_id"  # the agent's shard only
         file_where = f"WHERE {clause}"
 
     large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from datetime import date, datetime, timezone as dt_timezone
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from agents.models import Agent
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
@@ -33,6 +33,7 @@ from indexing.models import Chunk, MemoryFile
 from indexing.tables import CHUNK, FILE
 from memoryhub import metrics
 from memoryhub.domain import InvalidInput
+from memoryhub.replicas import read_connection, replica_failed, replica_reads, search_read_alias
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -157,7 +158,7 @@ def recency_factor(path: str, *, today: date, boost: float, half_life_days: floa
 
 
 def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(
             f"SELECT EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %s AND embedding_identity = %s "
             "AND embedding IS NOT NULL)",
@@ -168,8 +169,9 @@ def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
 
 def _pending_files(*, agent: Agent) -> tuple[int, int]:
     """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
-    their vectors are not — see indexing.services.files_index)."""
-    with connection.cursor() as cursor:
+    their vectors are not — see indexing.services.files_index). Read on the primary even when the search
+    reads a replica: a file stored a moment ago is counted, not missed (read-your-writes)."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(
             f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
             "WHERE agent_id = %s AND state = ANY(%s)",
@@ -197,7 +199,7 @@ def memory_search(
     """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (Busy) when
     nothing was found before the deadline; see the module docstring."""
     with SearchDeadline() as deadline:
-        response = _memory_search(
+        response = _memory_search_routed(
             agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
             explain=explain, deadline=deadline,
         )
@@ -205,6 +207,21 @@ def memory_search(
         # the ones worth seeing); a failure to write it never fails the search.
         search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
     return response
+
+
+def _memory_search_routed(*, deadline: SearchDeadline, **search) -> SearchResponse:
+    """The search on a read replica when one is fit (memoryhub/replicas.py), else on the primary. A
+    replica that fails during the search (gone, restarted, a query cancelled by its recovery) is set
+    aside and the search runs again on the primary, within the same deadline: the caller never sees it."""
+    # Inside a caller's transaction on the primary, the search must see what that transaction wrote.
+    alias = DEFAULT_DB_ALIAS if connections[DEFAULT_DB_ALIAS].in_atomic_block else search_read_alias()
+    if alias != DEFAULT_DB_ALIAS:
+        try:
+            with replica_reads(alias):
+                return _memory_search(deadline=deadline, **search)
+        except DatabaseError as exc:
+            replica_failed(alias, reason=f"{exc.__class__.__name__} during a search: {str(exc).strip()[:200]}")
+    return _memory_search(deadline=deadline, **search)
 
 
 def _memory_search(
@@ -235,8 +252,9 @@ def _memory_search(
     identity = configured_identity()
     embedding: list[list[float]] | None = None  # one vector per window of the query
     try:
-        with deadline.queries():
+        with deadline.queries(using=DEFAULT_DB_ALIAS):
             pending, awaiting_vectors = _pending_files(agent=agent)
+        with deadline.queries():
             has_vectors = used_mode != "keyword" and identity.has_vectors and _agent_has_vectors(agent=agent, identity=identity)
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
@@ -282,7 +300,7 @@ def _memory_search(
         vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
     )
     results, best_below = _results(
-        deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
+        agent_id=agent.pk, deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
         min_score=min_score, explain=explain, query=query, notes=notes,
     )
 
@@ -361,6 +379,7 @@ def _embed_for_search(
 
 def _results(
     *,
+    agent_id: int,
     deadline: SearchDeadline,
     candidates: list[Candidate],
     spans: dict[int, tuple[int, int, int]],
@@ -375,13 +394,15 @@ def _results(
 
     ``spans`` holds each candidate's (file id, start line, end line) as the halves read it. Snippets
     show the file's current lines; a chunk's own text is fetched only when its file changed since it
-    was indexed (then the stored lines no longer match its line numbers)."""
+    was indexed (then the stored lines no longer match its line numbers). Every row is read with the
+    agent's id as well as its own: the ids come from this agent's candidates, and a database distributed
+    by agent (docs/scale.md) can then read them from the agent's shard alone."""
     boost = settings.MEMORYHUB_SEARCH_RECENCY_BOOST
     if boost > 0 and candidates:
         try:
             with deadline.queries():
                 file_ids = {spans[c.chunk_id][0] for c in candidates}
-                paths = dict(MemoryFile.objects.filter(pk__in=file_ids).values_list("id", "path"))
+                paths = dict(MemoryFile.objects.filter(agent_id=agent_id, pk__in=file_ids).values_list("id", "path"))
         except SearchTimedOut:
             paths = {}  # no boost: the answer is still right, its order a little less
         today = datetime.now(dt_timezone.utc).date()
@@ -392,7 +413,7 @@ def _results(
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
     if rerank_enabled() and query:
-        candidates = _reranked(query=query, candidates=candidates, deadline=deadline, notes=notes)
+        candidates = _reranked(agent_id=agent_id, query=query, candidates=candidates, deadline=deadline, notes=notes)
     candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
 
     files: dict[int, MemoryFile] = {}
@@ -414,7 +435,7 @@ def _results(
         try:
             with deadline.queries():
                 regions = _snippet_regions(
-                    group=group, spans=spans, files=files, file_lines=file_lines, shown=shown, budget=budget, keyword=keyword
+                    agent_id=agent_id, group=group, spans=spans, files=files, file_lines=file_lines, shown=shown, budget=budget, keyword=keyword
                 )
                 # Lexemes of the lines not seen yet, in one query: each line at most once per search.
                 todo = {
@@ -458,12 +479,14 @@ def _results(
     return results, best_below
 
 
-def _reranked(*, query: str, candidates: list[Candidate], deadline: SearchDeadline, notes: list[str] | None) -> list[Candidate]:
+def _reranked(
+    *, agent_id: int, query: str, candidates: list[Candidate], deadline: SearchDeadline, notes: list[str] | None
+) -> list[Candidate]:
     """The optional rerank stage (search/rerank.py), bounded by its own timeout and the deadline."""
     top_ids = [c.chunk_id for c in candidates[: settings.MEMORYHUB_RERANK_TOP_N]]
     try:
         with deadline.queries():
-            texts = dict(Chunk.objects.filter(pk__in=top_ids).values_list("id", "text"))
+            texts = dict(Chunk.objects.filter(agent_id=agent_id, pk__in=top_ids).values_list("id", "text"))
     except SearchTimedOut:
         texts = {}
     timeout = min(settings.MEMORYHUB_RERANK_TIMEOUT, deadline.remaining())
@@ -484,13 +507,13 @@ def _all_shown(span: tuple[int, int, int], shown: dict[int, set[int]]) -> bool:
     return bool(seen) and all(line in seen for line in range(start_line, end_line + 1))
 
 
-def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, keyword: KeywordResult) -> list:
+def _snippet_regions(*, agent_id: int, group, spans, files, file_lines, shown, budget: int, keyword: KeywordResult) -> list:
     """Per candidate of ``group``, (its ``file_lines`` key, its region) or None when it has nothing to show:
     its file or chunk is gone, or every line of it is shown already (skipped before any work on it).
     Lines longer than the snippet budget are windowed as they are read (FileLines.windowed)."""
     wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
     whole_max = settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES
-    fetched = MemoryFile.objects.filter(pk__in=wanted).only(
+    fetched = MemoryFile.objects.filter(agent_id=agent_id, pk__in=wanted).only(
         "id", "path", "source", "size", "content_hash", "indexed_hash", "attributes"
     )
     for memory_file in fetched:
@@ -498,12 +521,12 @@ def _snippet_regions(*, group, spans, files, file_lines, shown, budget: int, key
     # A file read whole must be small: one that is larger shows its chunks' own text (bounded by the
     # chunk size), so a 5 MB file costs a search no more than a small one.
     small = [f.pk for f in files.values() if f.pk in wanted and f.size <= whole_max and f.indexed_hash == f.content_hash]
-    contents = dict(MemoryFile.objects.filter(pk__in=small).values_list("id", "content")) if small else {}
+    contents = dict(MemoryFile.objects.filter(agent_id=agent_id, pk__in=small).values_list("id", "content")) if small else {}
     by_chunk = [
         c.chunk_id for c in group
         if (f := files.get(spans[c.chunk_id][0])) and (f.indexed_hash != f.content_hash or f.size > whole_max)
     ]
-    texts = dict(Chunk.objects.filter(pk__in=by_chunk).values_list("id", "text")) if by_chunk else {}
+    texts = dict(Chunk.objects.filter(agent_id=agent_id, pk__in=by_chunk).values_list("id", "text")) if by_chunk else {}
     regions = []
     for c in group:
         file_id, start_line, end_line = spans[c.chunk_id]

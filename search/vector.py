@@ -24,9 +24,10 @@ import math
 from typing import NamedTuple
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from indexing.tables import CHUNK, FILE
+from memoryhub.replicas import current_read_alias, read_connection as connection  # a replica or the primary
 from search.types import SearchFilters
 from search.vector_index import agent_vector_index
 
@@ -214,7 +215,7 @@ def _hnsw_search(
     )
     inner_params = [query, *params, query, int(limit)]
     iterative = _iterative_scans()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(using=current_read_alias()), connection.cursor() as cursor:
         # The decision for the index is made already; stale statistics (an agent that grew since the
         # last ANALYZE) must not turn it into a full sort of the agent's chunks (enable_sort off).
         cursor.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)", [str(int(ef_search))])

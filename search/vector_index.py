@@ -22,6 +22,7 @@ from django.db import connection
 
 from indexing.embedding_identity import configured_identity
 from indexing.tables import CHUNK
+from memoryhub.replicas import read_connection
 from search.ddl import advisory_lock, concurrently_clause
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class AgentVectorIndex:
 def agent_vector_index(*, agent_id: int, dimensions: int) -> AgentVectorIndex | None:
     """The agent's usable HNSW index for `dimensions`, or None (search exactly)."""
     name = agent_vector_index_name(agent_id=agent_id, dimensions=dimensions)
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:  # the database the search runs on: a replica or the primary
         cursor.execute(
             "SELECT c.reltuples FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
             "WHERE c.relname = %s AND c.relkind = 'i' AND i.indisvalid AND i.indisready",

@@ -34,8 +34,21 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     assert "load (COPY): " in report and "VACUUM (ANALYZE)" in report
     assert "| big (1,500 chunks, hnsw) | 1.000 |" in report  # recall@10 against exact search
     assert "memory_search hybrid" in report
-    assert "| budget 2,000 (default) | 1.000 |" in report  # 1,500 chunks: every word fits, so exact BM25
+    # 1,500 chunks: every word fits, so exact BM25 (plain and tie-aware overlap alike)
+    assert "| budget 2,000 (default) | 1.000 | 1.000 |" in report
     assert "dropped database test_memoryhub_bench_scale_smoke" in report
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_database WHERE datname = 'test_memoryhub_bench_scale_smoke'")
         assert cursor.fetchone()[0] == 0
+
+
+def test_tie_aware_overlap_counts_a_result_tied_with_the_tenth_exact_score():
+    from benchmarks.management.commands.bench_scale import ExactTop
+
+    # Exact ranking: chunks 1..9 score 9..1, then chunks 10, 11 and 12 tie at 0.5; 13 scores 0.25.
+    scores = {**{i: float(10 - i) for i in range(1, 10)}, 10: 0.5, 11: 0.5, 12: 0.5, 13: 0.25}
+    exact = ExactTop(top10=list(range(1, 11)), scores=scores, tenth=0.5, truncated=False)
+    assert exact.tie_aware_overlap([*range(1, 10), 12]) == 1.0  # 12 ties with 10: a plain overlap counts 0.9
+    assert exact.tie_aware_overlap([*range(1, 10), 13]) == 0.9  # 13 scores below the 10th
+    assert exact.tie_aware_overlap([*range(1, 10), 99]) == 0.9  # not among the exact scores read: below them
+    assert ExactTop(top10=[1, 2], scores={1: 2.0, 2: 2.0, 3: 2.0}, tenth=2.0, truncated=True).tie_aware_overlap([3, 4]) == 1.0

@@ -42,3 +42,25 @@ def test_pending_counts_only_the_agents_own_files(cast, twins, search):
     file_ingest(agent=cast["bob"].agent, path="memory/new.md", content="pending for bob")
     assert search(cast["alice"], "Nightjar")[1]["pending"] == 0
     assert search(cast["bob"], "Nightjar")[1]["pending"] == 1
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
+def test_every_query_of_a_search_names_the_agent(cast, twins, settings, mode):
+    """Each statement a search sends that reads chunks or files filters by the agent, once per table it
+    reads: what a database distributed by agent needs to send it to one shard (docs/scale.md)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.MEMORYHUB_SEARCH_RECENCY_BOOST = 0.2  # its path lookup too
+    for filters in [SearchFilters(), SearchFilters(path_prefix="memory/")]:
+        with CaptureQueriesContext(connection) as captured:
+            response = memory_search(agent=cast["alice"].agent, query="Nightjar launch code", mode=mode, filters=filters, min_score=0)
+        assert response.results
+        reading = [
+            q["sql"] for q in captured.captured_queries
+            if ("indexing_chunk" in q["sql"] or "indexing_memoryfile" in q["sql"]) and not q["sql"].startswith("INSERT")
+        ]
+        assert reading
+        for sql in reading:
+            tables = ("indexing_chunk" in sql) + ("indexing_memoryfile" in sql)
+            assert sql.count("agent_id") >= tables, sql
