@@ -135,5 +135,9 @@ def test_a_run_that_finds_the_task_lock_taken_does_nothing(alice, index_files, s
         assert vector_indexes_sync().skipped == "another run is building vector indexes"
         assert not KeywordAgentStats.objects.exists()
     finally:
-        other.close()  # ends the session, and its locks with it
+        # Released before the session closes: a closed client's backend lets go of its locks a moment
+        # later, and a loaded machine once ran the next line inside that moment.
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+        other.close()
     assert keyword_stats_sync().refreshed == [alice.agent.pk]
