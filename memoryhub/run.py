@@ -4,7 +4,9 @@ Starts the embedded PostgreSQL (unless DATABASE_URL is set), migrates, creates a
 prints a fresh token with a ready-to-paste curl line (revoking the token the previous run printed), says
 which embedding provider search uses and how to get vectors when there is none, then serves the web app on 127.0.0.1:$PORT with
 gunicorn (memoryhub/gunicorn_conf.py) and runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
-in the web process instead, and this command says so. Ctrl-C stops everything it started.
+in the web process instead, and this command says so. A worker that exits (killed, or a crash while the
+broker comes and goes) is started again, as the compose file's restart policy does; the web server
+exiting, or the worker exiting again and again, stops everything. Ctrl-C stops everything it started.
 """
 
 import os
@@ -17,6 +19,9 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 DEMO_TOKEN_LABEL = "make run"
+# A worker that exits is started again, unless it exited this many times within a minute: then something
+# is wrong that a restart will not cure, and make run stops with the worker's own output above.
+WORKER_RESTARTS_PER_MINUTE = 5
 
 
 def say(message: str) -> None:
@@ -143,21 +148,40 @@ def main() -> int:
                 env=env,
             )
         )
-        if use_worker:
-            processes.append(
-                subprocess.Popen(
-                    [PYTHON, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--loglevel", "INFO",
-                     "--concurrency", env.get("MEMORYHUB_WORKER_CONCURRENCY", "2")],
-                    cwd=BASE_DIR,
-                    env=env,
-                )
+        web = processes[-1]
+
+        def start_worker() -> subprocess.Popen:
+            worker = subprocess.Popen(
+                [PYTHON, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--loglevel", "INFO",
+                 "--concurrency", env.get("MEMORYHUB_WORKER_CONCURRENCY", "2")],
+                cwd=BASE_DIR,
+                env=env,
             )
+            processes.append(worker)
+            return worker
+
+        worker = start_worker() if use_worker else None
+        if worker:
             say(f"Celery worker started on {redis_url}")
         say(f"serving on http://127.0.0.1:{port}/ (admin at /admin/, health at /healthz); Ctrl-C stops everything")
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        while all(process.poll() is None for process in processes):
+        restarts: list[float] = []
+        while web.poll() is None:
+            if worker and worker.poll() is not None:
+                now = time.monotonic()
+                restarts = [at for at in restarts if now - at < 60]
+                if len(restarts) >= WORKER_RESTARTS_PER_MINUTE:
+                    say(f"the Celery worker exited {len(restarts) + 1} times within a minute; stopping the rest")
+                    return 1
+                restarts.append(now)
+                processes.remove(worker)
+                say(
+                    f"the Celery worker exited (code {worker.returncode}); starting it again "
+                    "(its unfinished jobs are redelivered or recovered, nothing is lost)"
+                )
+                worker = start_worker()
             time.sleep(0.5)
-        say("a child process exited; stopping the rest")
+        say("the web server exited; stopping the rest")
         return 1
     except KeyboardInterrupt:
         return 0

@@ -16,17 +16,20 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from memoryhub.run import search_mode_lines
-from tests.reliability.processes import free_port, wait_for
+from tests.reliability.processes import free_port, unique_queue, wait_for
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def run_database():
+def run_database(django_db_setup, django_db_blocker):
     """A fresh database on the test server, dropped afterwards: make run migrates and writes its demo agent."""
+    with django_db_blocker.unblock():
+        connection.ensure_connection()  # the embedded server's socket is known once it is connected
     db = connection.settings_dict
     params = {"host": db["HOST"], "port": db["PORT"] or "5432", "user": db["USER"], "password": db["PASSWORD"]}
     name = f"memoryhub_run_{uuid.uuid4().hex[:10]}"
@@ -43,7 +46,7 @@ def run_database():
 
 
 class MakeRun:
-    def __init__(self, *, database_url: str, port: int, log: Path):
+    def __init__(self, *, database_url: str, port: int, log: Path, **extra_env: str):
         self.port, self.log = port, log
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORYHUB_", "OPENAI_", "DJANGO_"))}
         env.update(
@@ -51,6 +54,7 @@ class MakeRun:
             REDIS_URL="redis://127.0.0.1:1/0",  # no broker: tasks run in the web process, no worker to start
             MEMORYHUB_WEB_WORKERS="1", MEMORYHUB_LOG_FORMAT="text",
         )
+        env.update(extra_env)
         self._out = open(log, "w")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "memoryhub.run"], cwd=BASE_DIR, env=env, stdout=self._out,
@@ -66,8 +70,11 @@ class MakeRun:
         lines = self.output().splitlines()
         return next(lines[i + 1] for i, line in enumerate(lines) if "demo agent token" in line)
 
-    def get(self, path: str, token: str) -> tuple[int, str, str]:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers={"Authorization": f"Bearer {token}"})
+    def get(self, path: str, token: str, *, method: str = "GET", body: bytes | None = None) -> tuple[int, str, str]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", data=body, method=method,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "text/markdown"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, response.headers["Content-Type"], response.read().decode()
@@ -116,6 +123,38 @@ def test_make_run_twice_keeps_one_demo_token_and_says_search_is_keyword_only(run
         assert second.get("/api/v1/status", old_token)[0] == 401
     finally:
         second.stop()
+
+
+def _worker_pids(parent: int) -> set[int]:
+    """The Celery worker main processes make run started (its direct children running celery)."""
+    found = subprocess.run(["pgrep", "-P", str(parent), "-f", "celery"], capture_output=True, text=True)
+    return {int(pid) for pid in found.stdout.split()}
+
+
+@pytest.mark.worker
+def test_make_run_starts_a_killed_worker_again_and_the_new_one_indexes(run_database, tmp_path):
+    run = MakeRun(
+        database_url=run_database, port=free_port(), log=tmp_path / "run.log",
+        REDIS_URL=settings.REDIS_URL, MEMORYHUB_TASK_QUEUE=unique_queue(),
+    )
+    try:
+        assert "Celery worker started" in run.output()
+        token = run.token()
+        wait_for(lambda: len(_worker_pids(run.popen.pid)) == 1, timeout=30, what="the worker process")
+        (first,) = _worker_pids(run.popen.pid)
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: "starting it again" in run.output(), timeout=30, what=f"the restart:\n{run.output()[-2000:]}")
+        wait_for(lambda: len(_worker_pids(run.popen.pid)) == 1, timeout=30, what="the new worker process")
+        assert _worker_pids(run.popen.pid) != {first} and run.popen.poll() is None
+
+        status, _, body = run.get("/api/v1/files/notes/after-restart.md", token, method="PUT", body=b"Indexed by the new worker.")
+        assert status == 201, body
+        wait_for(
+            lambda: json.loads(run.get("/api/v1/status", token)[2]).get("pending") == 0,
+            timeout=120, what=f"the new worker to index the upload:\n{run.output()[-3000:]}",
+        )
+    finally:
+        run.stop()
 
 
 def test_the_banner_names_an_active_provider_and_its_model():
