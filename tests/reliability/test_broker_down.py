@@ -35,6 +35,7 @@ def test_writes_during_a_broker_outage_are_indexed_once_it_is_back(alice, tmp_pa
     env = service_env(queue=unique_queue(), redis_url=redis_url, MEMORYHUB_INDEX_RECOVERY_INTERVAL=1)
     web, url = start_web(tmp_path, env)
     worker = start_worker(tmp_path, env)
+    workers = [worker]
     api = f"{url}/api/v1"
     try:
         wait_for(lambda: _answers(f"{url}/healthz"), timeout=60, what="the web server")
@@ -54,16 +55,22 @@ def test_writes_during_a_broker_outage_are_indexed_once_it_is_back(alice, tmp_pa
 
         redis = start_redis(tmp_path, port)
         back = time.monotonic()
-        wait_for(
-            lambda: IndexJob.objects.get(pk=job.pk).state == "done",
-            timeout=60, what=f"the outbox to dispatch the job; worker log:\n{worker.output()}",
-        )
+
+        def done() -> bool:
+            # Celery's worker has been seen to exit inside kombu while reconnecting (rarely, on a loaded
+            # machine); its supervisor (compose's restart policy, make run) starts it again, and so does
+            # this test: what is tested is the outbox, which must not care which worker indexes the job.
+            if workers[-1].popen.poll() is not None:
+                workers.append(start_worker(tmp_path, env, name=f"worker-{len(workers) + 1}"))
+            return IndexJob.objects.get(pk=job.pk).state == "done"
+
+        wait_for(done, timeout=60, what=f"the outbox to dispatch the job; worker log:\n{workers[-1].output()}")
         assert time.monotonic() - back < 60
         assert MemoryFile.objects.get(agent=alice.agent, path="notes/during.md").state == "indexed"
         assert not IndexJob.objects.get(pk=job.pk).awaiting_dispatch
         assert call(f"{api}/status", alice.raw_token)[1]["pending"] == 0
     finally:
-        for process in (web, worker, redis):
+        for process in (web, *workers, redis):
             process.stop()
 
 
