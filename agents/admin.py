@@ -9,13 +9,15 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agents.models import Agent, AgentToken
+from agents.admin_scoping import TeamScopedAdmin, request_team_scope
+from agents.models import Agent, AgentToken, Team, TeamMembership
 from agents.services import (
     DISPLAY_PREFIX_LENGTH,
     agent_token_create,
     agent_token_issue,
     agent_token_revoke,
     agent_token_rotate,
+    team_default,
 )
 
 
@@ -83,7 +85,7 @@ class AgentForm(forms.ModelForm):
 
     class Meta:
         model = Agent
-        fields = ["slug", "name", "is_active", "webhook_secret", "overrides"]
+        fields = ["slug", "name", "team", "is_active", "webhook_secret", "overrides"]
         help_texts = {
             "overrides": "A JSON object; {} = the server's defaults. Keys: chunk_tokens (32–8000) and chunk_overlap "
             '(below chunk_tokens), e.g. {"chunk_tokens": 256}. Changed sizes apply when files are next indexed.',
@@ -91,6 +93,10 @@ class AgentForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "team" in self.fields and not self.instance.pk:
+            # A superuser may leave it blank for the default team; a team admin gets their teams only.
+            self.fields["team"].required = False
+            self.fields["team"].help_text = "Blank: the default team (or your only team)."
         has_secret = bool(self.instance.pk and self.instance.webhook_secret)
         self.fields["webhook_secret"].help_text = (
             ("A secret is set. " if has_secret else "No secret is set. ") + self.fields["webhook_secret"].help_text
@@ -101,6 +107,11 @@ class AgentForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        if "team" in self.fields and not cleaned.get("team") and not self.instance.pk:
+            choices = self.fields["team"].queryset
+            cleaned["team"] = choices.first() if choices.count() == 1 else team_default()
+            if not choices.filter(pk=cleaned["team"].pk).exists():
+                self.add_error("team", "Choose one of your teams.")
         if cleaned.get("clear_webhook_secret"):
             cleaned["webhook_secret"] = ""
         elif not cleaned.get("webhook_secret"):
@@ -109,15 +120,30 @@ class AgentForm(forms.ModelForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
     form = AgentForm
+    team_field = "team"
     list_display = [
-        "slug", "name", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
+        "slug", "name", "team", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
         "last_indexed", "created_at",
     ]
-    list_filter = ["is_active"]
+    list_filter = ["is_active", ("team", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["team"]
     search_fields = ["slug", "name"]
     readonly_fields = ["created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Moving an agent to another team moves its memory with it: a superuser's decision.
+        if obj is not None and not request_team_scope(request).everything:
+            return [*self.readonly_fields, "team"]
+        return self.readonly_fields
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "team":
+            scope = request_team_scope(request)
+            if not scope.everything:
+                kwargs["queryset"] = Team.objects.filter(pk__in=scope.manageable)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_queryset(self, request):
         from indexing.selectors import agent_index_annotate
@@ -215,7 +241,7 @@ class AgentAdmin(admin.ModelAdmin):
         ]
 
     def _agent_for_change(self, request, agent_id) -> Agent:
-        agent = get_object_or_404(Agent, pk=agent_id)
+        agent = get_object_or_404(self.get_queryset(request), pk=agent_id)
         if not self.has_change_permission(request, agent):
             raise PermissionDenied
         return agent
@@ -286,14 +312,14 @@ class AgentAdmin(admin.ModelAdmin):
     def search_view(self, request, agent_id):
         from search.admin_views import search_playground
 
-        agent = get_object_or_404(Agent, pk=agent_id)
+        agent = get_object_or_404(self.get_queryset(request), pk=agent_id)
         if not self.has_view_permission(request, agent):
             raise PermissionDenied
         return search_playground(request, agent=agent, admin_site=self.admin_site, model_admin=self)
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):
+class AgentTokenAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["prefix", "agent", "label", "scopes", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_select_related = ["agent"]
     list_filter = ["revoked_at"]
@@ -301,6 +327,13 @@ class AgentTokenAdmin(admin.ModelAdmin):
     raw_id_fields = ["agent"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke_selected"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "agent":
+            scope = request_team_scope(request)
+            if not scope.everything:
+                kwargs["queryset"] = Agent.objects.filter(team__in=scope.manageable)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_fields(self, request, obj=None):
         if obj is None:
@@ -313,11 +346,11 @@ class AgentTokenAdmin(admin.ModelAdmin):
         raw = agent_token_issue(token=obj)
         show_raw_token_once(request, agent=obj.agent, raw=raw)
 
-    @admin.action(description="Revoke selected tokens…")
+    @admin.action(description="Revoke selected tokens…", permissions=["operate"])
     def revoke_selected(self, request, queryset):
         """Asks first, like Django's "Delete selected": the confirmation page posts the action again with
         confirmed=yes."""
-        live = list(queryset.filter(revoked_at__isnull=True).select_related("agent"))
+        live = list(self.managed(request, queryset).filter(revoked_at__isnull=True).select_related("agent"))
         if request.POST.get("confirmed") != "yes":
             context = {
                 **self.admin_site.each_context(request),
@@ -331,3 +364,64 @@ class AgentTokenAdmin(admin.ModelAdmin):
         for token in live:
             agent_token_revoke(token=token)
         self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)
+
+
+class TeamMembershipInline(admin.TabularInline):
+    model = TeamMembership
+    extra = 0
+    raw_id_fields = ["user"]
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+
+    # The team's admins manage its members (the parent's change permission decides).
+    def has_add_permission(self, request, obj=None):
+        return obj is not None and request_team_scope(request).can_manage(obj.pk)
+
+    def has_change_permission(self, request, obj=None):
+        return obj is not None and request_team_scope(request).can_manage(obj.pk)
+
+    def has_delete_permission(self, request, obj=None):
+        return obj is not None and request_team_scope(request).can_manage(obj.pk)
+
+    def has_view_permission(self, request, obj=None):
+        return obj is None or request_team_scope(request).can_view(obj.pk)
+
+
+@admin.register(Team)
+class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    team_field = "pk"
+    list_display = ["slug", "name", "agent_count", "created_at"]
+    search_fields = ["slug", "name"]
+    readonly_fields = ["created_at"]
+    inlines = [TeamMembershipInline]
+
+    def team_id_of(self, obj) -> int | None:
+        return obj.pk
+
+    def get_queryset(self, request):
+        from django.db.models import Count
+
+        queryset = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "agents_team_changelist":
+            queryset = queryset.annotate(agents_total=Count("agents"))
+        return queryset
+
+    @admin.display(description="Agents", ordering="agents_total")
+    def agent_count(self, team):
+        return format_html(
+            '<a href="{}?team__id__exact={}">{}</a>', reverse("admin:agents_agent_changelist"), team.pk, team.agents_total
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        if request_team_scope(request).everything:
+            return self.readonly_fields
+        return [*self.readonly_fields, "slug"]
+
+    # Teams are created and deleted by superusers (or `manage.py create_team`); team admins rename
+    # theirs and manage its members.
+    def has_add_permission(self, request):
+        return request_team_scope(request).everything
+
+    def has_delete_permission(self, request, obj=None):
+        return request_team_scope(request).everything

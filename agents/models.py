@@ -1,14 +1,57 @@
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+# The team that existing agents were moved into, and that agents created without a team join.
+DEFAULT_TEAM_SLUG = "default"
 
-class Agent(models.Model):
-    """A tenant: one AI agent and the memory it pushes. Every other row belongs to exactly one agent."""
+
+class Team(models.Model):
+    """A tenant above agents: it owns agents, and its members (staff users) manage only those."""
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class TeamMembership(models.Model):
+    """A staff user's role in one team: admins manage its agents, tokens, grants and members; viewers read."""
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin (manage agents, tokens, grants and members)"
+        VIEWER = "viewer", "Viewer (read-only)"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships")
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__slug", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="teammembership_team_user_unique")]
+        # The unique constraint's index serves "members of this team"; this one serves "teams of this
+        # user", asked on every admin request.
+        indexes = [models.Index(fields=["user", "team"], name="teammembership_user_team_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class Agent(models.Model):
+    """One AI agent and the memory it pushes, in exactly one team. Every other row belongs to exactly one agent."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    # PROTECT: a team with agents cannot be deleted by accident (its agents' memory would go with it).
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="agents")
     is_active = models.BooleanField(default=True, help_text="Inactive agents' tokens are refused.")
     # When set, POST /api/v1/sync must carry X-MemoryHub-Signature: sha256=<HMAC of the body>.
     webhook_secret = models.CharField(max_length=128, blank=True)

@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import Agent, AgentToken
+from agents.models import DEFAULT_TEAM_SLUG, Agent, AgentToken, Team
 
 TOKEN_PREFIX = "mh_"
 DISPLAY_PREFIX_LENGTH = 11  # "mh_" + 8 characters of the secret
@@ -17,8 +17,18 @@ def token_digest(raw_token: str) -> str:
     return hashlib.sha256(raw_token.encode()).hexdigest()
 
 
-def agent_create(*, slug: str, name: str = "") -> Agent:
-    return Agent.objects.create(slug=slug, name=name or slug)
+def team_create(*, slug: str, name: str = "") -> Team:
+    return Team.objects.create(slug=slug, name=name or slug)
+
+
+def team_default() -> Team:
+    """The team agents join when none is named (created on first use, like the migration does)."""
+    team, _ = Team.objects.get_or_create(slug=DEFAULT_TEAM_SLUG, defaults={"name": "Default team"})
+    return team
+
+
+def agent_create(*, slug: str, name: str = "", team: Team | None = None) -> Agent:
+    return Agent.objects.create(slug=slug, name=name or slug, team=team or team_default())
 
 
 def agent_token_create(
