@@ -73,9 +73,11 @@ class TeamScopedAdmin:
         scope = request_team_scope(request)
         return scope.everything or bool(scope.manageable)
 
-    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
-        # Django redirects to the index with "does not exist"; for a team member that is a 404 like any
-        # other team's row. A superuser keeps Django's behaviour.
-        if request_team_scope(request).everything:
-            return super()._get_obj_does_not_exist_redirect(request, opts, object_id)
-        raise Http404("No such object.")
+    def get_object(self, request, object_id, from_field=None):
+        # Django answers a missing row with a redirect to the index ("does not exist"), or a 403 first
+        # when the user may not change rows at all; for a team member any other team's row is a 404,
+        # before any permission check. A superuser keeps Django's behaviour.
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None and not request_team_scope(request).everything:
+            raise Http404("No such object.")
+        return obj
