@@ -106,3 +106,36 @@ class AgentToken(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes
+
+
+class MemoryGrant(models.Model):
+    """The reader agent may search and read the owner agent's memory, never write it.
+
+    In one team the team's admin (or an operator's command) gives it at once; across teams it takes effect
+    only once both teams' admins have approved (``owner_team_approved`` and ``reader_team_approved``).
+    Revoking deletes the row, so the next request of the reader no longer sees the owner's memory."""
+
+    reader = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="grants_received")
+    owner = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="grants_given", db_index=False)
+    owner_team_approved = models.BooleanField(default=False)
+    reader_team_approved = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["reader__slug", "owner__slug"]
+        constraints = [
+            # Its index, reader first, serves "the memories this reader may read", asked by every shared search.
+            models.UniqueConstraint(fields=["reader", "owner"], name="memorygrant_reader_owner_unique"),
+            models.CheckConstraint(condition=~models.Q(reader=models.F("owner")), name="memorygrant_not_self"),
+        ]
+        indexes = [
+            # "Who may read this agent's memory": the owner's side of the admin.
+            models.Index(fields=["owner"], name="memorygrant_owner_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reader} may read {self.owner}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.owner_team_approved and self.reader_team_approved

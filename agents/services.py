@@ -7,7 +7,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import DEFAULT_TEAM_SLUG, Agent, AgentToken, Team
+from agents.models import DEFAULT_TEAM_SLUG, Agent, AgentToken, MemoryGrant, Team
+from memoryhub.domain import InvalidInput
 
 TOKEN_PREFIX = "mh_"
 DISPLAY_PREFIX_LENGTH = 11  # "mh_" + 8 characters of the secret
@@ -77,3 +78,29 @@ def agent_token_rotate(*, token: AgentToken) -> tuple[AgentToken, str]:
     """Revoke a token and issue a replacement with the same label, scopes and expiry."""
     agent_token_revoke(token=token)
     return agent_token_create(agent=token.agent, scopes=token.scopes, label=token.label, expires_at=token.expires_at)
+
+
+def memory_grant_give(*, reader: Agent, owner: Agent, approving_team_ids: frozenset[int] | None = None) -> MemoryGrant:
+    """Let ``reader`` read ``owner``'s memory, approved for the sides of ``approving_team_ids`` (None: both
+    sides, for an operator's command or a superuser). In one team one approval is the whole grant;
+    across teams the grant works once both teams have approved it."""
+    if reader.pk == owner.pk:
+        raise InvalidInput("An agent always reads its own memory; a grant names two different agents.", code="invalid_grant")
+    grant, _ = MemoryGrant.objects.get_or_create(reader=reader, owner=owner)
+    return memory_grant_approve(grant=grant, approving_team_ids=approving_team_ids)
+
+
+def memory_grant_approve(*, grant: MemoryGrant, approving_team_ids: frozenset[int] | None = None) -> MemoryGrant:
+    everything = approving_team_ids is None
+    if everything or grant.owner.team_id in approving_team_ids:
+        grant.owner_team_approved = True
+    if everything or grant.reader.team_id in approving_team_ids:
+        grant.reader_team_approved = True
+    grant.save(update_fields=["owner_team_approved", "reader_team_approved"])
+    return grant
+
+
+def memory_grant_revoke(*, reader: Agent, owner: Agent) -> bool:
+    """Take the grant back; the reader's next request no longer sees the owner's memory. False if none."""
+    deleted, _ = MemoryGrant.objects.filter(reader=reader, owner=owner).delete()
+    return bool(deleted)
