@@ -2,7 +2,8 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpResponseRedirect
+from django.db import models
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -10,13 +11,16 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.admin_scoping import TeamScopedAdmin, request_team_scope
-from agents.models import Agent, AgentToken, Team, TeamMembership
+from agents.models import Agent, AgentToken, MemoryGrant, Team, TeamMembership
 from agents.services import (
     DISPLAY_PREFIX_LENGTH,
     agent_token_create,
     agent_token_issue,
     agent_token_revoke,
     agent_token_rotate,
+    memory_grant_approve,
+    memory_grant_give,
+    memory_grant_revoke,
     team_default,
 )
 
@@ -425,3 +429,148 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request_team_scope(request).everything
+
+
+class MemoryGrantForm(forms.ModelForm):
+    """Agents named by slug: across teams, one team's admin names the other team's agent, which their
+    own lists do not show. One of the two must be an agent of a team the user administers."""
+
+    reader_slug = forms.SlugField(label="Reader agent", help_text="The agent that may read (its slug).")
+    owner_slug = forms.SlugField(label="Owner agent", help_text="The agent whose memory it may read (its slug).")
+
+    class Meta:
+        model = MemoryGrant
+        fields = []
+
+    def __init__(self, *args, scope=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scope = scope
+
+    def clean(self):
+        cleaned = super().clean()
+        agents = {a.slug: a for a in Agent.objects.filter(slug__in=[cleaned.get("reader_slug"), cleaned.get("owner_slug")])}
+        for field in ("reader_slug", "owner_slug"):
+            if cleaned.get(field) and cleaned[field] not in agents:
+                self.add_error(field, "No such agent.")
+        if self.errors:
+            return cleaned
+        reader, owner = agents[cleaned["reader_slug"]], agents[cleaned["owner_slug"]]
+        if reader == owner:
+            raise ValidationError("A grant names two different agents.")
+        if not (self.scope.can_manage(reader.team_id) or self.scope.can_manage(owner.team_id)):
+            raise ValidationError("One of the two agents must belong to a team you administer.")
+        cleaned["reader"], cleaned["owner"] = reader, owner
+        return cleaned
+
+
+@admin.register(MemoryGrant)
+class MemoryGrantAdmin(admin.ModelAdmin):
+    """Grants seen from both sides: a team's admins see the grants of its agents' memories and to its agents."""
+
+    form = MemoryGrantForm
+    list_display = ["reader", "reader_team", "owner", "owner_team", "status", "created_at"]
+    list_select_related = ["reader__team", "owner__team"]
+    search_fields = ["reader__slug", "owner__slug"]
+    actions = ["approve_selected"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        team_ids = request_team_scope(request).team_ids
+        if team_ids is not None:
+            queryset = queryset.filter(models.Q(reader__team__in=team_ids) | models.Q(owner__team__in=team_ids))
+        return queryset
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        scope = request_team_scope(request)
+
+        class ScopedForm(form):
+            def __init__(self, *args, **inner):
+                super().__init__(*args, scope=scope, **inner)
+
+        return ScopedForm
+
+    def get_fields(self, request, obj=None):
+        return ["reader_slug", "owner_slug"] if obj is None else ["reader", "owner", "owner_team_approved", "reader_team_approved", "created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["reader", "owner", "owner_team_approved", "reader_team_approved", "created_at"]
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None and not request_team_scope(request).everything:
+            raise Http404("No such grant.")
+        return obj
+
+    def _sides(self, request, obj) -> bool:
+        scope = request_team_scope(request)
+        return scope.can_manage(obj.reader.team_id) or scope.can_manage(obj.owner.team_id)
+
+    def has_module_permission(self, request):
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.viewable)
+
+    def has_view_permission(self, request, obj=None):
+        scope = request_team_scope(request)
+        if obj is None:
+            return scope.everything or bool(scope.viewable)
+        return scope.can_view(obj.reader.team_id) or scope.can_view(obj.owner.team_id)
+
+    def has_add_permission(self, request):
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable)
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a grant is given, approved (action) or revoked (delete), never edited
+
+    def has_delete_permission(self, request, obj=None):
+        scope = request_team_scope(request)
+        if obj is None:
+            return scope.everything or bool(scope.manageable)
+        return self._sides(request, obj)
+
+    def has_operate_permission(self, request):
+        return self.has_add_permission(request)
+
+    def save_model(self, request, obj, form, change):
+        scope = request_team_scope(request)
+        grant = memory_grant_give(
+            reader=form.cleaned_data["reader"], owner=form.cleaned_data["owner"],
+            approving_team_ids=None if scope.everything else scope.manageable,
+        )
+        obj.pk, obj.reader, obj.owner = grant.pk, grant.reader, grant.owner
+        if not grant.is_active:
+            messages.warning(request, "Across teams the grant works once the other team's admins approve it too.")
+
+    def delete_model(self, request, obj):
+        memory_grant_revoke(reader=obj.reader, owner=obj.owner)
+
+    def delete_queryset(self, request, queryset):
+        for grant in queryset.select_related("reader", "owner"):
+            if self._sides(request, grant):
+                memory_grant_revoke(reader=grant.reader, owner=grant.owner)
+
+    @admin.display(description="Reader's team")
+    def reader_team(self, grant):
+        return grant.reader.team
+
+    @admin.display(description="Owner's team")
+    def owner_team(self, grant):
+        return grant.owner.team
+
+    @admin.display(description="Status")
+    def status(self, grant):
+        if grant.is_active:
+            return "active"
+        waiting = "owner's" if not grant.owner_team_approved else "reader's"
+        return f"waiting for the {waiting} team"
+
+    @admin.action(description="Approve selected grants for my teams", permissions=["operate"])
+    def approve_selected(self, request, queryset):
+        scope = request_team_scope(request)
+        approved = 0
+        for grant in queryset.select_related("reader", "owner"):
+            if self._sides(request, grant):
+                memory_grant_approve(grant=grant, approving_team_ids=None if scope.everything else scope.manageable)
+                approved += 1
+        self.message_user(request, f"Approved {approved} grant(s) for your teams.", messages.SUCCESS)

@@ -180,3 +180,41 @@ def test_a_superuser_sees_every_team(team_cast, rows):
 def login_superuser() -> Client:
     User.objects.create_superuser("root", "root@example.com", "pw")
     return login("root")
+
+
+def test_grants_in_the_admin_same_team_at_once_across_teams_once_both_approved(team_cast):
+    from agents.models import MemoryGrant
+
+    red_admin = login("red-admin")
+    assert login("red-viewer").post("/admin/agents/memorygrant/add/", {"reader_slug": "red-writer", "owner_slug": "red-handbook"}).status_code == 403
+    assert red_admin.post("/admin/agents/memorygrant/add/", {"reader_slug": "red-writer", "owner_slug": "red-handbook"}).status_code == 302
+    assert MemoryGrant.objects.get(reader__slug="red-writer").is_active
+
+    red_admin.post("/admin/agents/memorygrant/add/", {"reader_slug": "blue-agent", "owner_slug": "red-handbook"})
+    cross = MemoryGrant.objects.get(reader__slug="blue-agent")
+    assert not cross.is_active and cross.owner_team_approved
+
+    # The other team sees the grant waiting for it; its viewer cannot approve, its admin can.
+    assert b"waiting for the reader" in login("blue-viewer").get("/admin/agents/memorygrant/").content
+    login("blue-viewer").post("/admin/agents/memorygrant/", {"action": "approve_selected", "_selected_action": [cross.pk]})
+    cross.refresh_from_db()
+    assert not cross.is_active
+    login("blue-admin").post("/admin/agents/memorygrant/", {"action": "approve_selected", "_selected_action": [cross.pk]})
+    cross.refresh_from_db()
+    assert cross.is_active
+
+    # The blue team never sees the red team's internal grant.
+    blue_list = login("blue-admin").get("/admin/agents/memorygrant/").content.decode()
+    assert "red-writer" not in blue_list
+    internal = MemoryGrant.objects.get(reader__slug="red-writer")
+    assert login("blue-admin").get(f"/admin/agents/memorygrant/{internal.pk}/change/").status_code == 404
+
+
+def test_an_admin_cannot_grant_between_two_other_teams_agents(team_cast):
+    from agents.models import MemoryGrant
+    from agents.services import agent_create
+
+    agent_create(slug="blue-second", team=team_cast.blue)
+    page = login("red-admin").post("/admin/agents/memorygrant/add/", {"reader_slug": "blue-second", "owner_slug": "blue-agent"})
+    assert page.status_code == 200 and b"team you administer" in page.content
+    assert not MemoryGrant.objects.exists()

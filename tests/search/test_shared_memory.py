@@ -132,3 +132,17 @@ def test_grant_commands_refuse_unknown_agents_and_self_grants(handbook):
     with pytest.raises(CommandError, match="has no grant"):
         command("revoke_memory_grant", "red-writer", "red-handbook")
     assert not MemoryGrant.objects.exists()
+
+
+def test_an_own_search_costs_the_same_queries_with_or_without_grants(handbook, search):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    search(handbook.red_writer, "expense reports due")  # warm: the token's first use, the query's embedding
+    with CaptureQueriesContext(connection) as before:
+        search(handbook.red_writer, "expense reports due")
+    memory_grant_give(reader=handbook.red_writer.agent, owner=handbook.red_handbook.agent)
+    with CaptureQueriesContext(connection) as after:
+        search(handbook.red_writer, "expense reports due")
+    assert len(after.captured_queries) == len(before.captured_queries)
+    assert not any("memorygrant" in query["sql"] for query in after.captured_queries)
