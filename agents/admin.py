@@ -3,6 +3,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
+from django.db.models.expressions import RawSQL
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -11,9 +12,14 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.admin_scoping import TeamScopedAdmin, request_team_scope
-from agents.models import Agent, AgentToken, MemoryGrant, Team, TeamMembership
+from agents.models import Agent, AgentToken, AuditEvent, MemoryGrant, Team, TeamMembership
 from agents.services import (
     DISPLAY_PREFIX_LENGTH,
+    Actor,
+    agent_active_set,
+    agent_created_record,
+    agent_delete,
+    audit_record,
     agent_token_create,
     agent_token_issue,
     agent_token_revoke,
@@ -203,10 +209,23 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
     # --- Creating an agent issues its first token, shown once ---------------------------------------
 
     def save_model(self, request, obj, form, change):
+        actor = Actor.from_request(request)
+        was_active = Agent.objects.filter(pk=obj.pk).values_list("is_active", flat=True).first() if change else None
         super().save_model(request, obj, form, change)
-        if not change:
-            _, raw = agent_token_create(agent=obj, label="created in the admin")
+        if change:
+            agent_active_set(agent=obj, was_active=was_active, actor=actor)
+        else:
+            agent_created_record(agent=obj, actor=actor)
+            _, raw = agent_token_create(agent=obj, label="created in the admin", actor=actor)
             show_raw_token_once(request, agent=obj, raw=raw, what="Read/write token")
+
+    def delete_model(self, request, obj):
+        agent_delete(agent=obj, actor=Actor.from_request(request))
+
+    def delete_queryset(self, request, queryset):
+        actor = Actor.from_request(request)
+        for agent in self.managed(request, queryset):
+            agent_delete(agent=agent, actor=actor)
 
     def response_add(self, request, obj, post_url_continue=None):
         # Straight to the agent's page, where its token is shown (once) and more can be made.
@@ -265,7 +284,7 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
             return self._back_to(agent)
         _, raw = agent_token_create(
             agent=agent, scopes=form.cleaned_data["scopes"], label=form.cleaned_data["label"],
-            expires_at=form.cleaned_data["expires_at"],
+            expires_at=form.cleaned_data["expires_at"], actor=Actor.from_request(request),
         )
         show_raw_token_once(request, agent=agent, raw=raw)
         return self._back_to(agent)
@@ -304,12 +323,12 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/agents/agent/token_confirm.html", context)
 
     def _token_revoke(self, request, agent, token):
-        agent_token_revoke(token=token)
+        agent_token_revoke(token=token, actor=Actor.from_request(request))
         messages.success(request, f"Token {token.prefix}… revoked: it is refused from now on.")
         return self._back_to(agent)
 
     def _token_rotate(self, request, agent, token):
-        _, raw = agent_token_rotate(token=token)
+        _, raw = agent_token_rotate(token=token, actor=Actor.from_request(request))
         show_raw_token_once(request, agent=agent, raw=raw, what=f"Replacement for {token.prefix}…")
         return self._back_to(agent)
 
@@ -347,7 +366,7 @@ class AgentTokenAdmin(TeamScopedAdmin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             return super().save_model(request, obj, form, change)
-        raw = agent_token_issue(token=obj)
+        raw = agent_token_issue(token=obj, actor=Actor.from_request(request))
         show_raw_token_once(request, agent=obj.agent, raw=raw)
 
     @admin.action(description="Revoke selected tokens…", permissions=["operate"])
@@ -365,8 +384,9 @@ class AgentTokenAdmin(TeamScopedAdmin, admin.ModelAdmin):
                 "consequence": AgentAdmin.TOKEN_ACTIONS["revoke"],
             }
             return TemplateResponse(request, "admin/agents/agenttoken/revoke_selected_confirm.html", context)
+        actor = Actor.from_request(request)
         for token in live:
-            agent_token_revoke(token=token)
+            agent_token_revoke(token=token, actor=actor)
         self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)
 
 
@@ -429,6 +449,31 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request_team_scope(request).everything
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            audit_record(action=AuditEvent.Action.TEAM_CREATED, actor=Actor.from_request(request), team_ids=[obj.pk], target=obj.slug)
+
+    def save_formset(self, request, form, formset, change):
+        """Membership changes go to the audit trail: who added, removed or changed whose role."""
+        actor = Actor.from_request(request)
+        team = form.instance
+        before = {m.pk: m.role for m in TeamMembership.objects.filter(team=team)}
+        removed = [(f.instance.user.get_username(), f.instance.role) for f in formset.deleted_forms if f.instance.pk]
+        super().save_formset(request, form, formset, change)
+        for username, role in removed:
+            audit_record(action=AuditEvent.Action.MEMBER_REMOVED, actor=actor, team_ids=[team.pk], target=username, role=role)
+        for membership in formset.new_objects:
+            audit_record(
+                action=AuditEvent.Action.MEMBER_ADDED, actor=actor, team_ids=[team.pk], target=membership.user.get_username(),
+                role=membership.role,
+            )
+        for membership, _ in formset.changed_objects:
+            audit_record(
+                action=AuditEvent.Action.MEMBER_CHANGED, actor=actor, team_ids=[team.pk], target=membership.user.get_username(),
+                role=membership.role, was=before.get(membership.pk, ""),
+            )
 
 
 class MemoryGrantForm(forms.ModelForm):
@@ -536,19 +581,20 @@ class MemoryGrantAdmin(admin.ModelAdmin):
         scope = request_team_scope(request)
         grant = memory_grant_give(
             reader=form.cleaned_data["reader"], owner=form.cleaned_data["owner"],
-            approving_team_ids=None if scope.everything else scope.manageable,
+            approving_team_ids=None if scope.everything else scope.manageable, actor=Actor.from_request(request),
         )
         obj.pk, obj.reader, obj.owner = grant.pk, grant.reader, grant.owner
         if not grant.is_active:
             messages.warning(request, "Across teams the grant works once the other team's admins approve it too.")
 
     def delete_model(self, request, obj):
-        memory_grant_revoke(reader=obj.reader, owner=obj.owner)
+        memory_grant_revoke(reader=obj.reader, owner=obj.owner, actor=Actor.from_request(request))
 
     def delete_queryset(self, request, queryset):
+        actor = Actor.from_request(request)
         for grant in queryset.select_related("reader", "owner"):
             if self._sides(request, grant):
-                memory_grant_revoke(reader=grant.reader, owner=grant.owner)
+                memory_grant_revoke(reader=grant.reader, owner=grant.owner, actor=actor)
 
     @admin.display(description="Reader's team")
     def reader_team(self, grant):
@@ -571,6 +617,68 @@ class MemoryGrantAdmin(admin.ModelAdmin):
         approved = 0
         for grant in queryset.select_related("reader", "owner"):
             if self._sides(request, grant):
-                memory_grant_approve(grant=grant, approving_team_ids=None if scope.everything else scope.manageable)
+                memory_grant_approve(
+                    grant=grant, approving_team_ids=None if scope.everything else scope.manageable,
+                    actor=Actor.from_request(request),
+                )
                 approved += 1
         self.message_user(request, f"Approved {approved} grant(s) for your teams.", messages.SUCCESS)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The audit trail: read-only for everyone; a team's admins see its events, viewers none."""
+
+    list_display = ["created_at", "action", "actor", "ip", "agent_slug", "target", "teams"]
+    list_filter = ["action"]
+    search_fields = ["actor", "agent_slug", "target"]
+    fields = ["created_at", "action", "actor", "actor_user_id", "ip", "teams", "agent_slug", "agent_id", "target", "details"]
+    readonly_fields = fields
+    show_full_result_count = False
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request).annotate(
+            team_slugs=RawSQL(
+                "ARRAY(SELECT t.slug FROM agents_team t WHERE t.id = ANY(agents_auditevent.team_ids) ORDER BY t.slug)", []
+            )
+        )
+        scope = request_team_scope(request)
+        if not scope.everything:
+            queryset = queryset.filter(team_ids__overlap=sorted(scope.manageable))
+        return queryset
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None and not request_team_scope(request).everything:
+            raise Http404("No such event.")
+        return obj
+
+    def _may_see(self, request) -> bool:
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable)
+
+    def has_module_permission(self, request):
+        return self._may_see(request)
+
+    def has_view_permission(self, request, obj=None):
+        if obj is None:
+            return self._may_see(request)
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable.intersection(obj.team_ids))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Teams")
+    def teams(self, event):
+        # The teams' current slugs (one subquery for the page); the event keeps a deleted team's id.
+        names = list(event.team_slugs or [])
+        if len(event.team_ids) > len(names):
+            names.append(f"{len(event.team_ids) - len(names)} deleted team(s)")
+        return ", ".join(names)

@@ -1,4 +1,5 @@
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.core.validators import RegexValidator
 from django.conf import settings
 from django.db import models
@@ -139,3 +140,53 @@ class MemoryGrant(models.Model):
     @property
     def is_active(self) -> bool:
         return self.owner_team_approved and self.reader_team_approved
+
+
+class AuditEvent(models.Model):
+    """Who did what, when, from where: tokens, grants, memberships, agents, re-index and retry actions.
+
+    Never edited, and kept when what it names is deleted: the agent, team and user are stored as ids and
+    labels, not foreign keys that would cascade or go null."""
+
+    class Action(models.TextChoices):
+        TEAM_CREATED = "team_created", "Team created"
+        AGENT_CREATED = "agent_created", "Agent created"
+        AGENT_DEACTIVATED = "agent_deactivated", "Agent deactivated"
+        AGENT_REACTIVATED = "agent_reactivated", "Agent reactivated"
+        AGENT_DELETED = "agent_deleted", "Agent deleted"
+        TOKEN_CREATED = "token_created", "Token created"
+        TOKEN_ROTATED = "token_rotated", "Token rotated"
+        TOKEN_REVOKED = "token_revoked", "Token revoked"
+        TOKEN_FIRST_USED = "token_first_used", "Token used for the first time"
+        GRANT_GIVEN = "grant_given", "Grant given"
+        GRANT_APPROVED = "grant_approved", "Grant approved"
+        GRANT_REVOKED = "grant_revoked", "Grant revoked"
+        MEMBER_ADDED = "member_added", "Member added"
+        MEMBER_CHANGED = "member_changed", "Member's role changed"
+        MEMBER_REMOVED = "member_removed", "Member removed"
+        FILES_REINDEXED = "files_reindexed", "Files re-indexed"
+        JOBS_RETRIED = "jobs_retried", "Jobs retried"
+
+    created_at = models.DateTimeField(default=timezone.now)
+    action = models.CharField(max_length=24, choices=Action.choices)
+    actor = models.CharField(max_length=200, help_text="A username, 'agent <slug>', or the command that did it.")
+    actor_user_id = models.BigIntegerField(null=True, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True, verbose_name="IP address")
+    # Every team the event concerns (both sides of a cross-team grant): its admins see it.
+    team_ids = ArrayField(models.BigIntegerField(), default=list)
+    agent_id = models.BigIntegerField(null=True, blank=True)
+    agent_slug = models.CharField(max_length=64, blank=True)
+    target = models.CharField(max_length=300, blank=True, help_text="What was acted on: a token's prefix, a grant, a user.")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The admin's list for a team's admins: events whose team_ids overlap their teams.
+            GinIndex(fields=["team_ids"], name="auditevent_team_ids_gin"),
+            # The list's order, newest first.
+            models.Index(fields=["-created_at"], name="auditevent_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} by {self.actor}"

@@ -172,7 +172,7 @@ class McpView(View):
         if url_token is not None and request.headers.get("Authorization"):
             return _http_error(400, INVALID_REQUEST, "Send the token once: in the Authorization header or in the URL, not both.")
         try:
-            outcome = authentication.authenticate_token(url_token) if url_token is not None else authentication.authenticate(request)
+            outcome = authentication.authenticate_token(url_token, ip=request.META.get("REMOTE_ADDR")) if url_token is not None else authentication.authenticate(request)
         except exceptions.AuthenticationFailed as exc:
             return _http_error(401, UNAUTHORIZED, str(exc.detail), headers=challenge)
         if outcome is None:

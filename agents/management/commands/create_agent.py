@@ -3,7 +3,7 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
 from agents.models import Agent, Team
-from agents.services import agent_create, agent_token_create, agent_tokens_revoke, team_default
+from agents.services import Actor, agent_create, agent_token_create, agent_tokens_revoke, team_default
 
 
 class Command(BaseCommand):
@@ -24,6 +24,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, slug, name, team, label, existing_ok, rotate, **options):
+        actor = Actor(label="manage.py create_agent")
         if slugify(slug) != slug:
             raise CommandError(f"{slug!r} is not a valid slug (lowercase letters, digits, '-' and '_').")
         if team:
@@ -34,7 +35,7 @@ class Command(BaseCommand):
             found = team_default()
         try:
             with transaction.atomic():
-                agent = agent_create(slug=slug, name=name, team=found)
+                agent = agent_create(slug=slug, name=name, team=found, actor=actor)
                 created = True
         except IntegrityError:
             if not existing_ok:
@@ -43,8 +44,8 @@ class Command(BaseCommand):
             if team and agent.team_id != found.pk:
                 raise CommandError(f"Agent {slug!r} belongs to team {agent.team.slug!r}, not {team!r}.")
         with transaction.atomic():
-            revoked = agent_tokens_revoke(agent=agent, label=label) if rotate else []
-            token, raw = agent_token_create(agent=agent, label=label)
+            revoked = agent_tokens_revoke(agent=agent, label=label, actor=actor) if rotate else []
+            token, raw = agent_token_create(agent=agent, label=label, actor=actor)
         verb = "Created agent" if created else "Agent"
         self.stdout.write(f"{verb} {agent.slug!r} in team {agent.team.slug!r}; token {token.prefix}… (scopes: {', '.join(token.scopes)}).")
         if revoked:

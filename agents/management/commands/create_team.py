@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
-from agents.services import team_create
+from agents.services import Actor, team_create
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
             raise CommandError(f"{slug!r} is not a valid slug (lowercase letters, digits, '-' and '_').")
         try:
             with transaction.atomic():
-                team = team_create(slug=slug, name=name)
+                team = team_create(slug=slug, name=name, actor=Actor(label="manage.py create_team"))
         except IntegrityError:
             raise CommandError(f"Team {slug!r} already exists.") from None
         self.stdout.write(f"Created team {team.slug!r}.")

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Agent
-from agents.services import memory_grant_give
+from agents.services import Actor, memory_grant_give
 from memoryhub.domain import DomainError
 
 
@@ -21,7 +21,9 @@ class Command(BaseCommand):
             if slug not in agents:
                 raise CommandError(f"No agent {slug!r}.")
         try:
-            grant = memory_grant_give(reader=agents[reader], owner=agents[owner])
+            grant = memory_grant_give(
+                reader=agents[reader], owner=agents[owner], actor=Actor(label="manage.py grant_memory")
+            )
         except DomainError as exc:
             raise CommandError(exc.message) from None
         across = "" if grant.reader.team_id == grant.owner.team_id else (

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Agent
-from agents.services import memory_grant_revoke
+from agents.services import Actor, memory_grant_revoke
 
 
 class Command(BaseCommand):
@@ -16,6 +16,8 @@ class Command(BaseCommand):
         for slug in (reader, owner):
             if slug not in agents:
                 raise CommandError(f"No agent {slug!r}.")
-        if not memory_grant_revoke(reader=agents[reader], owner=agents[owner]):
+        if not memory_grant_revoke(
+            reader=agents[reader], owner=agents[owner], actor=Actor(label="manage.py revoke_memory_grant")
+        ):
             raise CommandError(f"{reader!r} has no grant to read {owner!r}'s memory.")
         self.stdout.write(f"Revoked: {reader!r} may no longer read {owner!r}'s memory.")
