@@ -27,8 +27,10 @@ from agents.services import (
     memory_grant_approve,
     memory_grant_give,
     memory_grant_revoke,
+    team_agent_quota_check,
     team_default,
 )
+from memoryhub.domain import DomainError
 
 
 def show_raw_token_once(request, *, agent: Agent, raw: str, what: str = "New token") -> None:
@@ -122,6 +124,11 @@ class AgentForm(forms.ModelForm):
             cleaned["team"] = choices.first() if choices.count() == 1 else team_default()
             if not choices.filter(pk=cleaned["team"].pk).exists():
                 self.add_error("team", "Choose one of your teams.")
+        if not self.instance.pk and cleaned.get("team"):
+            try:
+                team_agent_quota_check(team=cleaned["team"])
+            except DomainError as exc:
+                self.add_error("team" if "team" in self.fields else None, exc.message)
         if cleaned.get("clear_webhook_secret"):
             cleaned["webhook_secret"] = ""
         elif not cleaned.get("webhook_secret"):
@@ -416,8 +423,20 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
     team_field = "pk"
     list_display = ["slug", "name", "agent_count", "created_at"]
     search_fields = ["slug", "name"]
-    readonly_fields = ["created_at"]
+    fields = ["slug", "name", "max_files", "max_bytes", "max_agents", "rate_limit", "limits", "created_at"]
+    readonly_fields = ["limits", "created_at"]
     inlines = [TeamMembershipInline]
+
+    @admin.display(description="Limits in force")
+    def limits(self, team):
+        if team.pk is None:
+            return "The server's defaults, unless set above."
+        saved = Team.objects.get(pk=team.pk)  # what is enforced, not a form's refused values
+        rate = saved.request_rate
+        return (
+            f"{saved.file_limit} files, {saved.byte_limit} bytes, {saved.agent_limit} agents, "
+            f"{rate or 'no limit on'} requests (a blank field: the server's default)"
+        )
 
     def team_id_of(self, obj) -> int | None:
         return obj.pk
@@ -438,9 +457,10 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
         )
 
     def get_readonly_fields(self, request, obj=None):
+        # Limits are the service operator's: a team's admins see them, only a superuser changes them.
         if request_team_scope(request).everything:
             return self.readonly_fields
-        return [*self.readonly_fields, "slug"]
+        return [*self.readonly_fields, "slug", "max_files", "max_bytes", "max_agents", "rate_limit"]
 
     # Teams are created and deleted by superusers (or `manage.py create_team`); team admins rename
     # theirs and manage its members.

@@ -36,7 +36,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         if not TOKEN_PATTERN.match(raw):
             raise exceptions.AuthenticationFailed("Malformed token: MemoryHub tokens start with 'mh_'.", code="invalid_token")
         digest = token_digest(raw)
-        token = AgentToken.objects.select_related("agent").filter(digest=digest).first()
+        token = AgentToken.objects.select_related("agent__team").filter(digest=digest).first()
         # The unique-digest lookup already matched; compare again in constant time as a guard.
         if token is None or not hmac.compare_digest(token.digest, digest):
             raise exceptions.AuthenticationFailed("Unknown token.", code="invalid_token")

@@ -14,6 +14,13 @@ class Team(models.Model):
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
+    # Limits of this team; blank = the server's default (MEMORYHUB_TEAM_* settings).
+    max_files = models.PositiveBigIntegerField(null=True, blank=True, help_text="Files stored by all its agents together.")
+    max_bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="Bytes stored by all its agents together.")
+    max_agents = models.PositiveIntegerField(null=True, blank=True, help_text="Agents in the team.")
+    rate_limit = models.CharField(
+        max_length=32, blank=True, help_text='Requests of all its agents together, e.g. "6000/min" (units s, min, hour, day; 0 = none).'
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -21,6 +28,36 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def file_limit(self) -> int:
+        return self.max_files or settings.MEMORYHUB_TEAM_MAX_FILES
+
+    @property
+    def byte_limit(self) -> int:
+        return self.max_bytes or settings.MEMORYHUB_TEAM_MAX_BYTES
+
+    @property
+    def agent_limit(self) -> int:
+        return self.max_agents or settings.MEMORYHUB_TEAM_MAX_AGENTS
+
+    def clean(self):
+        from django.core.exceptions import ImproperlyConfigured, ValidationError
+
+        if self.rate_limit:
+            try:
+                self.request_rate
+            except ImproperlyConfigured:
+                raise ValidationError({"rate_limit": 'Write a rate such as "6000/min" (units s, min, hour, day), or 0 for none.'})
+
+    @property
+    def request_rate(self):
+        """The team's Rate, or None for no limit."""
+        from memoryhub.ratelimit import rate_parse
+
+        if not self.rate_limit:
+            return settings.MEMORYHUB_TEAM_RATE_LIMIT
+        return rate_parse(self.rate_limit, name=f"team {self.slug} rate_limit")
 
 
 class TeamMembership(models.Model):

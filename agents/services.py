@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import DEFAULT_TEAM_SLUG, Agent, AgentToken, AuditEvent, MemoryGrant, Team
-from memoryhub.domain import InvalidInput
+from memoryhub.domain import InvalidInput, TooLarge
 
 TOKEN_PREFIX = "mh_"
 DISPLAY_PREFIX_LENGTH = 11  # "mh_" + 8 characters of the secret
@@ -63,9 +63,21 @@ def team_default() -> Team:
 
 @transaction.atomic
 def agent_create(*, slug: str, name: str = "", team: Team | None = None, actor: Actor | None = None) -> Agent:
-    agent = Agent.objects.create(slug=slug, name=name or slug, team=team or team_default())
+    team = team or team_default()
+    team_agent_quota_check(team=team)
+    agent = Agent.objects.create(slug=slug, name=name or slug, team=team)
     agent_created_record(agent=agent, actor=actor)
     return agent
+
+
+def team_agent_quota_check(*, team: Team) -> None:
+    """TooLarge when the team already has as many agents as its limit allows."""
+    count = Agent.objects.filter(team=team).count()
+    if count >= team.agent_limit:
+        raise TooLarge(
+            f"Team {team.slug} has {count} agents, its limit (team_max_agents: {team.agent_limit}).",
+            code="team_agent_quota_exceeded",
+        )
 
 
 def agent_created_record(*, agent: Agent, actor: Actor | None) -> None:

@@ -3,6 +3,7 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
 from agents.models import Agent, Team
+from memoryhub.domain import TooLarge
 from agents.services import Actor, agent_create, agent_token_create, agent_tokens_revoke, team_default
 
 
@@ -37,6 +38,8 @@ class Command(BaseCommand):
             with transaction.atomic():
                 agent = agent_create(slug=slug, name=name, team=found, actor=actor)
                 created = True
+        except TooLarge as exc:
+            raise CommandError(exc.message) from None
         except IntegrityError:
             if not existing_ok:
                 raise CommandError(f"Agent {slug!r} already exists (use --existing-ok to issue another token).")
