@@ -251,6 +251,7 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
                 files_url=reverse("admin:indexing_memoryfile_changelist") + f"?agent__id__exact={agent.pk}",
                 jobs_url=reverse("admin:indexing_indexjob_changelist") + f"?agent__id__exact={agent.pk}",
                 search_url=reverse("admin:agents_agent_search", args=[agent.pk]),
+                can_manage_tokens=self.has_change_permission(request, agent),  # a viewer only reads
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -659,7 +660,8 @@ class AuditEventAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         queryset = super().get_queryset(request).annotate(
             team_slugs=RawSQL(
-                "ARRAY(SELECT t.slug FROM agents_team t WHERE t.id = ANY(agents_auditevent.team_ids) ORDER BY t.slug)", []
+                f"ARRAY(SELECT t.slug FROM {Team._meta.db_table} t "
+                f"WHERE t.id = ANY({AuditEvent._meta.db_table}.team_ids) ORDER BY t.slug)", [],
             )
         )
         scope = request_team_scope(request)
