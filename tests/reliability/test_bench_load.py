@@ -27,5 +27,18 @@ def test_bench_load_mixed_and_noisy_runs_report_latencies_and_no_server_errors(t
         assert noisy["quiet"]["victim_search"]["requests"] > 0
         assert noisy["noisy"]["victim_search"]["server_errors"] == 0
         assert noisy["victim_p95_ratio"] > 0
+
+        out = io.StringIO()
+        call_command(
+            "bench_load", url=url, clients=3, duration=2, notes=2, noisy_indexing=True, victim_rate=2, flood_rate=10,
+            json=True, stdout=out,
+        )
+        indexing = json.loads(out.getvalue())
+        for phase in ("quiet", "noisy"):
+            victim = indexing[phase]["victim_indexed"]
+            # Every timed upload ended with its job done (a job that failed or never finished counts as 0).
+            assert victim["requests"] > 0 and "0" not in victim["statuses"], indexing
+        assert indexing["noisy"]["noisy_upload"]["server_errors"] == 0
+        assert indexing["victim_p95_ratio"] > 0
     finally:
         process.stop()

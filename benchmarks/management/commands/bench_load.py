@@ -3,6 +3,7 @@ searches and uploads across many agents, and a noisy-neighbour run.
 
     python manage.py bench_load --url http://127.0.0.1:8000                       # 32 clients, 60 s, 20 agents
     python manage.py bench_load --url http://127.0.0.1:8000 --noisy --duration 30  # one agent floods
+    python manage.py bench_load --url http://127.0.0.1:8000 --noisy-indexing --flood-rate 50 --victim-rate 1 --duration 30
 
 The command creates its agents (``bench-load-NN``, tokens minted for the run) in the database this
 checkout is configured for, which must be the server's. Each client keeps one HTTP connection and sends
@@ -15,6 +16,12 @@ the same agent while every other client floods one noisy agent (searches, upload
 ``--no-big-file``, a 5 MB one-line file). The victim's p95 in both phases and their ratio are the result:
 no tenant may slow the others (the per-token rate limits answer the flood 429; set them to 0 on the
 server to see the server's own isolation).
+
+``--noisy-indexing``: the same two phases for the shared worker queue. The victim uploads a note every
+1/``--victim-rate`` seconds and times it until its job is done, alone and then while the other clients
+flood the noisy agent with new notes; run the server with an embedding provider that takes time
+(``MEMORYHUB_EMBEDDING_PROVIDER=fake MEMORYHUB_EMBEDDING_FAKE_LATENCY=0.2``). The quiet phase starts once
+no index job is queued or running, so an earlier run's backlog does not count.
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ class Client:
         self.connection: http.client.HTTPConnection | None = None
 
     def send(self, method: str, path: str, token: str, body: bytes | None, content_type: str) -> int:
+        return self.call(method, path, token, body, content_type)[0]
+
+    def call(self, method: str, path: str, token: str, body: bytes | None, content_type: str) -> tuple[int, dict]:
+        """(status, the JSON answer or {})."""
         headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type}
         for attempt in range(2):
             if self.connection is None:
@@ -82,14 +93,18 @@ class Client:
             try:
                 self.connection.request(method, path, body=body, headers=headers)
                 response = self.connection.getresponse()
-                response.read()
-                return response.status
+                raw = response.read()
+                try:
+                    answer = json.loads(raw) if raw.startswith(b"{") else {}
+                except ValueError:
+                    answer = {}
+                return response.status, answer
             except (OSError, http.client.HTTPException):
                 self.connection.close()
                 self.connection = None
                 if attempt:
-                    return 0
-        return 0
+                    return 0, {}
+        return 0, {}
 
 
 class Command(BaseCommand):
@@ -110,20 +125,26 @@ class Command(BaseCommand):
             "--flood-rate", type=float, default=0.0,
             help="--noisy: the noisy agent's requests per second, all clients together (0 = as fast as the server answers)",
         )
+        parser.add_argument(
+            "--noisy-indexing", action="store_true",
+            help="the noisy-neighbour run for indexing: the victim's upload-to-indexed time while another agent floods uploads",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **options):
         if not 0 <= options["search_share"] <= 1 or options["clients"] < 1 or options["duration"] <= 0:
             raise CommandError("--clients ≥ 1, --duration > 0 and --search-share in 0..1")
         url = options["url"].rstrip("/")
-        tokens = self._agents(options["agents"] if not options["noisy"] else 2)
+        tokens = self._agents(2 if options["noisy"] or options["noisy_indexing"] else options["agents"])
         seed = Client(url, options["timeout"])
         for token in tokens:
             for i in range(options["notes"]):
                 status = seed.send("PUT", f"/api/v1/files/notes/n{i:03}.md", token, _note(i).encode(), "text/markdown")
                 if status >= 400 and status != 429:
                     raise CommandError(f"seeding failed: PUT answered {status} (is --url this checkout's server?)")
-        if options["noisy"]:
+        if options["noisy_indexing"]:
+            report = self._noisy_indexing(url, tokens, options)
+        elif options["noisy"]:
             report = self._noisy(url, tokens, options)
         else:
             report = self._mixed(url, tokens, options)
@@ -194,6 +215,62 @@ class Command(BaseCommand):
         flooder.join(5)
         return kinds
 
+    def _noisy_indexing(self, url: str, tokens: list[str], options) -> dict:
+        """The victim uploads a new note every 1/--victim-rate seconds and times each until its job is
+        done (polling GET jobs/<id>), first alone, then while the other clients flood the noisy agent
+        with new notes at --flood-rate. Run the server with an embedding provider that takes time
+        (e.g. MEMORYHUB_EMBEDDING_PROVIDER=fake MEMORYHUB_EMBEDDING_FAKE_LATENCY=0.2): what is measured
+        is how long the victim's work waits behind the flood's in the shared worker queue."""
+        victim, noisy = tokens
+        pause, duration = 1.0 / options["victim_rate"], options["duration"]
+
+        def victim_loop(kinds: dict[str, Kind]) -> None:
+            client, stop_at, n = Client(url, options["timeout"]), time.monotonic() + duration, 0
+            while time.monotonic() < stop_at:
+                n += 1
+                started = time.perf_counter()
+                body = f"# Victim {n}\n\nThe {random.choice(WORDS)} note {n} {random.random():.6f}\n".encode()
+                status, answer = client.call("PUT", f"/api/v1/files/victim/v{n:04}.md", victim, body, "text/markdown")
+                state = "no job"
+                while status in (200, 201) and answer.get("job") and time.perf_counter() - started < options["timeout"]:
+                    _, job = client.call("GET", f"/api/v1/jobs/{answer['job']}", victim, None, "application/json")
+                    state = job.get("state")
+                    if state in ("done", "failed"):
+                        break
+                    time.sleep(0.05)
+                elapsed = time.perf_counter() - started
+                kinds.setdefault("victim_indexed", Kind()).add(elapsed, status if state == "done" else 0)
+                time.sleep(max(0.0, pause - elapsed))
+
+        settled_in = _queue_settled(options["timeout"] * 10)
+        quiet: dict[str, Kind] = {}
+        victim_loop(quiet)
+        flooders = max(1, options["clients"] - 1)
+        flood_pause = flooders / options["flood_rate"] if options["flood_rate"] > 0 else 0
+
+        def noisy_pick():
+            i = random.randrange(10_000)
+            body = _note(i, random.random()).encode()
+            return ("noisy_upload", "PUT", f"/api/v1/files/flood/f{i:04}.md", noisy, body, "text/markdown", flood_pause)
+
+        receive, send = multiprocessing.Pipe(duplex=False)
+        flooder = multiprocessing.get_context("fork").Process(
+            target=lambda: send.send(self._run(url, [noisy_pick] * flooders, duration, options["timeout"])), daemon=True
+        )
+        flooder.start()
+        loud: dict[str, Kind] = {}
+        victim_loop(loud)
+        if receive.poll(duration + options["timeout"] + 10):
+            loud.update(receive.recv())
+        flooder.join(5)
+        quiet_summary, loud_summary = quiet["victim_indexed"].summary(), loud["victim_indexed"].summary()
+        return {
+            "queue_settled_before_s": settled_in,
+            "quiet": {"victim_indexed": quiet_summary},
+            "noisy": {kind: stats.summary() for kind, stats in sorted(loud.items())},
+            "victim_p95_ratio": round(loud_summary["p95_ms"] / quiet_summary["p95_ms"], 2),
+        }
+
     def _mixed(self, url: str, tokens: list[str], options) -> dict:
         share = options["search_share"]
 
@@ -256,6 +333,18 @@ class Command(BaseCommand):
 
 def _question() -> bytes:
     return json.dumps({"query": " ".join(random.sample(WORDS, 4))}).encode()
+
+
+def _queue_settled(limit: float) -> float:
+    """Wait (up to ``limit`` seconds) until no index job is queued or running, so that a quiet phase does
+    not wait behind an earlier run's backlog; the seconds waited."""
+    from indexing.models import IndexJob
+    from indexing.states import ACTIVE_JOBS
+
+    started = time.monotonic()
+    while IndexJob.objects.filter(state__in=ACTIVE_JOBS).exists() and time.monotonic() - started < limit:
+        time.sleep(1)
+    return round(time.monotonic() - started, 1)
 
 
 def _note(i: int, salt: float = 0.0) -> str:
