@@ -434,9 +434,12 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
             return "The server's defaults, unless set above."
         saved = Team.objects.get(pk=team.pk)  # what is enforced, not a form's refused values
         rate = saved.request_rate
+        def shown(limit, unit):
+            return f"{limit} {unit}" if limit is not None else f"no limit on {unit}"
+
         return (
-            f"{saved.file_limit} files, {saved.byte_limit} bytes, {saved.agent_limit} agents, "
-            f"{rate or 'no limit on'} requests (a blank field: the server's default)"
+            f"{shown(saved.file_limit, 'files')}, {shown(saved.byte_limit, 'bytes')}, {shown(saved.agent_limit, 'agents')}, "
+            f"{shown(rate, 'requests')} (a blank field: the server's default; 0: no limit)"
         )
 
     def team_id_of(self, obj) -> int | None:

@@ -14,12 +14,17 @@ class Team(models.Model):
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
-    # Limits of this team; blank = the server's default (MEMORYHUB_TEAM_* settings).
-    max_files = models.PositiveBigIntegerField(null=True, blank=True, help_text="Files stored by all its agents together.")
-    max_bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="Bytes stored by all its agents together.")
-    max_agents = models.PositiveIntegerField(null=True, blank=True, help_text="Agents in the team.")
+    # Limits of this team; blank = the server's default (MEMORYHUB_TEAM_* settings), 0 = no limit.
+    max_files = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Files stored by all its agents together (blank: the default; 0: no limit)."
+    )
+    max_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Bytes stored by all its agents together (blank: the default; 0: no limit)."
+    )
+    max_agents = models.PositiveIntegerField(null=True, blank=True, help_text="Agents in the team (blank: the default; 0: no limit).")
     rate_limit = models.CharField(
-        max_length=32, blank=True, help_text='Requests of all its agents together, e.g. "6000/min" (units s, min, hour, day; 0 = none).'
+        max_length=32, blank=True,
+        help_text='Requests of all its agents together, e.g. "6000/min" (units s, min, hour, day; blank: the default; 0: no limit).',
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -29,17 +34,23 @@ class Team(models.Model):
     def __str__(self) -> str:
         return self.slug
 
-    @property
-    def file_limit(self) -> int:
-        return self.max_files or settings.MEMORYHUB_TEAM_MAX_FILES
+    @staticmethod
+    def _limit(own: int | None, default: int) -> int | None:
+        """The limit in force: the team's own, else the server's default; None when it is 0 (no limit)."""
+        value = default if own is None else own
+        return value or None
 
     @property
-    def byte_limit(self) -> int:
-        return self.max_bytes or settings.MEMORYHUB_TEAM_MAX_BYTES
+    def file_limit(self) -> int | None:
+        return self._limit(self.max_files, settings.MEMORYHUB_TEAM_MAX_FILES)
 
     @property
-    def agent_limit(self) -> int:
-        return self.max_agents or settings.MEMORYHUB_TEAM_MAX_AGENTS
+    def byte_limit(self) -> int | None:
+        return self._limit(self.max_bytes, settings.MEMORYHUB_TEAM_MAX_BYTES)
+
+    @property
+    def agent_limit(self) -> int | None:
+        return self._limit(self.max_agents, settings.MEMORYHUB_TEAM_MAX_AGENTS)
 
     def clean(self):
         from django.core.exceptions import ImproperlyConfigured, ValidationError

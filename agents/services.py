@@ -55,9 +55,14 @@ def team_create(*, slug: str, name: str = "", actor: Actor | None = None) -> Tea
     return team
 
 
+# The default team holds the agents from before teams, which had no team limits: it starts with none
+# (0), so upgrading never refuses what worked before; a superuser can set some.
+DEFAULT_TEAM_LIMITS = {"max_files": 0, "max_bytes": 0, "max_agents": 0, "rate_limit": "0"}
+
+
 def team_default() -> Team:
-    """The team agents join when none is named (created on first use, like the migration does)."""
-    team, _ = Team.objects.get_or_create(slug=DEFAULT_TEAM_SLUG, defaults={"name": "Default team"})
+    """The team agents join when none is named (created on first use, as the migration does)."""
+    team, _ = Team.objects.get_or_create(slug=DEFAULT_TEAM_SLUG, defaults={"name": "Default team", **DEFAULT_TEAM_LIMITS})
     return team
 
 
@@ -72,6 +77,8 @@ def agent_create(*, slug: str, name: str = "", team: Team | None = None, actor: 
 
 def team_agent_quota_check(*, team: Team) -> None:
     """TooLarge when the team already has as many agents as its limit allows."""
+    if team.agent_limit is None:
+        return
     count = Agent.objects.filter(team=team).count()
     if count >= team.agent_limit:
         raise TooLarge(

@@ -271,9 +271,10 @@ MEMORYHUB_MAX_FILES_PER_AGENT = env_int("MEMORYHUB_MAX_FILES_PER_AGENT", 20_000,
 MEMORYHUB_MAX_BYTES_PER_AGENT = env_int("MEMORYHUB_MAX_BYTES_PER_AGENT", 1024 * 1024 * 1024, minimum=1)
 # Per-team limits, defaults for every team (a superuser overrides them per team in the admin): files and
 # bytes stored by all the team's agents together -> 413, agents in the team -> refused on creation.
-MEMORYHUB_TEAM_MAX_FILES = env_int("MEMORYHUB_TEAM_MAX_FILES", 200_000, minimum=1)
-MEMORYHUB_TEAM_MAX_BYTES = env_int("MEMORYHUB_TEAM_MAX_BYTES", 10 * 1024 * 1024 * 1024, minimum=1)
-MEMORYHUB_TEAM_MAX_AGENTS = env_int("MEMORYHUB_TEAM_MAX_AGENTS", 100, minimum=1)
+# 0 = no limit. The team "default", which holds the agents from before teams, starts without limits.
+MEMORYHUB_TEAM_MAX_FILES = env_int("MEMORYHUB_TEAM_MAX_FILES", 200_000, minimum=0)
+MEMORYHUB_TEAM_MAX_BYTES = env_int("MEMORYHUB_TEAM_MAX_BYTES", 10 * 1024 * 1024 * 1024, minimum=0)
+MEMORYHUB_TEAM_MAX_AGENTS = env_int("MEMORYHUB_TEAM_MAX_AGENTS", 100, minimum=0)
 # Django refuses bodies over this with a bare 400 before MemoryHub sees them; keep it above our own
 # limits (a JSON-escaped file can be a few times its UTF-8 size) so the 413 comes from MemoryHub.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(MEMORYHUB_MAX_SYNC_BYTES, 6 * MEMORYHUB_MAX_FILE_BYTES) + 64 * 1024

@@ -77,4 +77,6 @@ def test_the_migration_puts_existing_agents_in_the_default_team():
 
     veteran = Agent.objects.select_related("team").get(slug="veteran")
     assert veteran.team.slug == DEFAULT_TEAM_SLUG
+    # Agents from before teams had no team limits: their team starts without any.
+    assert (veteran.team.file_limit, veteran.team.byte_limit, veteran.team.agent_limit, veteran.team.request_rate) == (None,) * 4
     assert Team.objects.filter(slug=DEFAULT_TEAM_SLUG).count() == 1

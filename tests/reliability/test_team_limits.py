@@ -101,3 +101,17 @@ def test_only_a_superuser_changes_a_teams_limits(team_cast):
     assert client.post(f"/admin/agents/team/{team_cast.red.pk}/change/", form).status_code == 302
     team_cast.red.refresh_from_db()
     assert (team_cast.red.max_files, team_cast.red.rate_limit) == (5, "100/min")
+
+
+def test_the_default_team_keeps_working_without_limits_and_0_means_none(alice, team_cast, settings):
+    settings.MEMORYHUB_TEAM_MAX_FILES = 1
+    settings.MEMORYHUB_TEAM_MAX_AGENTS = 1
+    assert alice.agent.team.slug == "default"  # the team of the agents from before teams
+    assert [put(alice, f"{n}.md").status_code for n in range(3)] == [201, 201, 201]
+    call_command("create_agent", "another-default", stdout=StringIO())
+
+    assert put(team_cast.red_handbook, "a.md").status_code == 201
+    assert put(team_cast.red_handbook, "b.md").status_code == 413  # the settings' default of 1
+    team_cast.red.max_files = 0
+    team_cast.red.save()
+    assert put(team_cast.red_handbook, "b.md").status_code == 201
