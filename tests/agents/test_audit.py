@@ -1,6 +1,8 @@
 """The audit trail: who did what, when and from where, for tokens, grants, memberships, agents and the
 re-index and retry actions; read-only, shown to the team's admins only, kept after the object is gone."""
 
+from io import StringIO
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
@@ -49,8 +51,8 @@ def test_a_tokens_first_use_is_recorded_once_with_the_agents_address(team_cast):
 
 
 def test_grants_memberships_and_agents_are_recorded_and_kept_after_deletion(team_cast):
-    call_command("grant_memory", "red-writer", "red-handbook", stdout=open("/dev/null", "w"))
-    call_command("revoke_memory_grant", "red-writer", "red-handbook", stdout=open("/dev/null", "w"))
+    call_command("grant_memory", "red-writer", "red-handbook", stdout=StringIO())
+    call_command("revoke_memory_grant", "red-writer", "red-handbook", stdout=StringIO())
     assert actions(agent_slug="red-handbook", action__startswith="grant") == [Action.GRANT_GIVEN, Action.GRANT_REVOKED]
     assert AuditEvent.objects.filter(action=Action.GRANT_GIVEN).get().actor == "manage.py grant_memory"
 
@@ -91,8 +93,8 @@ def test_reindex_and_retry_actions_are_recorded(team_cast, eager_tasks):
 
 
 def test_the_trail_is_read_only_and_shown_to_the_teams_admins_only(team_cast):
-    call_command("grant_memory", "red-writer", "red-handbook", stdout=open("/dev/null", "w"))
-    call_command("grant_memory", "blue-agent", "red-handbook", stdout=open("/dev/null", "w"))
+    call_command("grant_memory", "red-writer", "red-handbook", stdout=StringIO())
+    call_command("grant_memory", "blue-agent", "red-handbook", stdout=StringIO())
     event = AuditEvent.objects.get(action=Action.GRANT_GIVEN, details__reader="red-writer")
     cross = AuditEvent.objects.get(action=Action.GRANT_GIVEN, details__reader="blue-agent")
 

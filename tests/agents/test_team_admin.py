@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.models import Agent, AgentToken, TeamMembership
-from indexing.models import IndexJob, MemoryFile
+from indexing.models import IndexJob
 from indexing.writes import file_ingest
 
 pytestmark = pytest.mark.django_db

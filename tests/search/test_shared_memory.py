@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.models import MemoryGrant
-from indexing.models import MemoryFile
 from agents.services import memory_grant_give
+from indexing.models import MemoryFile
 
 pytestmark = pytest.mark.django_db
 
