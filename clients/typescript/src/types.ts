@@ -110,6 +110,8 @@ export interface SearchRequest {
   modified_since?: string | number;
   modified_until?: string | number;
   explain?: boolean;
+  /** "own" (default), "shared" (with the memories granted to this agent) or a list of memory names. */
+  scope?: "own" | "shared" | string[];
 }
 
 export interface SearchResult {
@@ -121,6 +123,8 @@ export interface SearchResult {
   snippet: string;
   source: Source;
   explain?: Record<string, unknown>;
+  /** The owner agent of a memory granted to this one; absent for its own files. */
+  owner?: string;
 }
 
 export interface SearchResponse {
