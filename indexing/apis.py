@@ -12,6 +12,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import BaseParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -477,6 +478,14 @@ class JobGetApi(APIView):
 # --- Export --------------------------------------------------------------------------------------
 
 
+class JSONLinesRenderer(JSONRenderer):
+    """Lets a client that accepts only ``application/x-ndjson`` have the export (DRF would answer 406).
+    The export streams its own lines; what this renders is an error, which is one line of JSON."""
+
+    media_type = "application/x-ndjson"
+    format = "json"  # as the other renderer: ?format=json keeps both, and the schema grows no format parameter
+
+
 class AgentExportApi(APIView):
     """GET /api/v1/export — every file of the token's agent as JSON Lines (docs/operations.md).
 
@@ -484,6 +493,7 @@ class AgentExportApi(APIView):
     """
 
     required_scope = "read"
+    renderer_classes = [JSONRenderer, JSONLinesRenderer]
 
     @extend_schema(
         responses={(200, "application/x-ndjson"): OpenApiTypes.STR},

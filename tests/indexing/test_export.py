@@ -76,6 +76,21 @@ def test_export_needs_a_token(anonymous_client):
     assert response.json()["error"]["code"] == "not_authenticated"
 
 
+@pytest.mark.parametrize("accept", ["application/x-ndjson", "application/json", "*/*"])
+def test_the_export_answers_a_client_that_asks_for_json_lines(alice_memory, accept):
+    response = alice_memory.client.get("/api/v1/export", HTTP_ACCEPT=accept)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/x-ndjson"
+    header, *files = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert header["agent"] == "alice" and len(files) == len(FILES) + 1
+
+
+def test_an_export_error_for_a_json_lines_client_is_json(anonymous_client):
+    response = anonymous_client.get("/api/v1/export", HTTP_ACCEPT="application/x-ndjson")
+    assert response.status_code == 401
+    assert json.loads(response.content)["error"]["code"] == "not_authenticated"
+
+
 def test_an_export_imported_into_another_agent_answers_the_same_searches(alice_memory, tmp_path, indexed):
     export = tmp_path / "alice.jsonl.gz"
     call_command("export_agent", "alice", "--output", str(export))

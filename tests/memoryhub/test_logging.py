@@ -119,7 +119,9 @@ def test_the_worker_logs_the_request_id_of_the_upload_that_queued_its_task(alice
             break
         time.sleep(0.3)
     assert IndexJob.objects.get(pk=job_id).state == "done"
-    time.sleep(0.5)  # the task line is written just after the job row
+    deadline = time.monotonic() + 30  # the task line is written just after the job row
+    while '"memoryhub.tasks"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
     raw = log.read_text()
     parsed = []

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis
+from django.conf import settings
 
 from search.query_breaker import KEY_PREFIX, QueryBreaker
 from search.services import memory_search
@@ -24,10 +25,10 @@ QUERY = "When do we deploy the billing service?"
 @pytest.fixture
 def provider(settings):
     """A flaky server behind the openai provider, the defaults of indexing (60 s timeout, 5 retries)
-    left as they are, and a breaker of 2 failures and a 2 s cool-down."""
+    left as they are, and a breaker of 2 failures and a 60 s cool-down (ended by ``_end_cool_down``)."""
     settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT = 1.0
     settings.MEMORYHUB_SEARCH_BREAKER_FAILURES = 2
-    settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN = 2.0
+    settings.MEMORYHUB_SEARCH_BREAKER_COOLDOWN = 60.0
     redis_url = settings.REDIS_URL
     with FlakyEmbeddings() as server:
         model = use_flaky_provider(settings, server)
@@ -35,6 +36,14 @@ def provider(settings):
         yield server
     redis.Redis.from_url(redis_url).delete(*(f"{KEY_PREFIX}:{server.name}:{k}" for k in ("failures", "open", "probe")))
     QueryBreaker._local.success(server.name)
+
+
+def _end_cool_down(provider) -> None:
+    """The breaker is open in Redis for the cool-down (a key that expires with it); end it now instead of
+    sleeping, so that "still cooling down" holds however slowly the searches before it ran."""
+    client, opened = redis.Redis.from_url(settings.REDIS_URL), f"{KEY_PREFIX}:{provider.name}:open"
+    assert 50_000 < client.pttl(opened) <= 60_000  # set with the configured cool-down
+    client.delete(opened)
 
 
 @pytest.fixture
@@ -76,7 +85,7 @@ def test_the_breaker_closes_after_the_provider_recovers(alice_with_vectors, prov
     provider.behaviour = "ok"
     assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "keyword"  # still cooling down
     assert provider.requests == 2
-    time.sleep(2.2)
+    _end_cool_down(provider)
     probe = memory_search(agent=alice_with_vectors.agent, query=QUERY)  # half-open: this search probes
     assert probe.mode == "hybrid" and provider.requests == 3
     after = memory_search(agent=alice_with_vectors.agent, query="Who leads the payments team?")
@@ -87,7 +96,7 @@ def test_a_failed_probe_opens_the_breaker_for_another_cool_down(alice_with_vecto
     provider.behaviour = "500"
     for _ in range(2):
         memory_search(agent=alice_with_vectors.agent, query=QUERY)
-    time.sleep(2.2)
+    _end_cool_down(provider)
     assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "keyword"  # the probe failed
     assert provider.requests == 3
     memory_search(agent=alice_with_vectors.agent, query=QUERY)
