@@ -2,21 +2,35 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpResponseRedirect
+from django.db import models
+from django.db.models.expressions import RawSQL
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agents.models import Agent, AgentToken
+from agents.admin_scoping import TeamScopedAdmin, request_team_scope
+from agents.models import Agent, AgentToken, AuditEvent, MemoryGrant, Team, TeamMembership
 from agents.services import (
     DISPLAY_PREFIX_LENGTH,
+    Actor,
+    agent_active_set,
+    agent_created_record,
+    agent_delete,
+    audit_record,
     agent_token_create,
     agent_token_issue,
     agent_token_revoke,
     agent_token_rotate,
+    memory_grant_approve,
+    memory_grant_give,
+    memory_grant_revoke,
+    team_agent_quota_check,
+    team_default,
 )
+from memoryhub.domain import DomainError
 
 
 def show_raw_token_once(request, *, agent: Agent, raw: str, what: str = "New token") -> None:
@@ -83,7 +97,7 @@ class AgentForm(forms.ModelForm):
 
     class Meta:
         model = Agent
-        fields = ["slug", "name", "is_active", "webhook_secret", "overrides"]
+        fields = ["slug", "name", "team", "is_active", "webhook_secret", "overrides"]
         help_texts = {
             "overrides": "A JSON object; {} = the server's defaults. Keys: chunk_tokens (32–8000) and chunk_overlap "
             '(below chunk_tokens), e.g. {"chunk_tokens": 256}. Changed sizes apply when files are next indexed.',
@@ -91,6 +105,10 @@ class AgentForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "team" in self.fields and not self.instance.pk:
+            # A superuser may leave it blank for the default team; a team admin gets their teams only.
+            self.fields["team"].required = False
+            self.fields["team"].help_text = "Blank: the default team (or your only team)."
         has_secret = bool(self.instance.pk and self.instance.webhook_secret)
         self.fields["webhook_secret"].help_text = (
             ("A secret is set. " if has_secret else "No secret is set. ") + self.fields["webhook_secret"].help_text
@@ -101,6 +119,16 @@ class AgentForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        if "team" in self.fields and not cleaned.get("team") and not self.instance.pk:
+            choices = self.fields["team"].queryset
+            cleaned["team"] = choices.first() if choices.count() == 1 else team_default()
+            if not choices.filter(pk=cleaned["team"].pk).exists():
+                self.add_error("team", "Choose one of your teams.")
+        if not self.instance.pk and cleaned.get("team"):
+            try:
+                team_agent_quota_check(team=cleaned["team"])
+            except DomainError as exc:
+                self.add_error("team" if "team" in self.fields else None, exc.message)
         if cleaned.get("clear_webhook_secret"):
             cleaned["webhook_secret"] = ""
         elif not cleaned.get("webhook_secret"):
@@ -109,15 +137,30 @@ class AgentForm(forms.ModelForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
     form = AgentForm
+    team_field = "team"
     list_display = [
-        "slug", "name", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
+        "slug", "name", "team", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
         "last_indexed", "created_at",
     ]
-    list_filter = ["is_active"]
+    list_filter = ["is_active", ("team", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["team"]
     search_fields = ["slug", "name"]
     readonly_fields = ["created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Moving an agent to another team moves its memory with it: a superuser's decision.
+        if obj is not None and not request_team_scope(request).everything:
+            return [*self.readonly_fields, "team"]
+        return self.readonly_fields
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "team":
+            scope = request_team_scope(request)
+            if not scope.everything:
+                kwargs["queryset"] = Team.objects.filter(pk__in=scope.manageable)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_queryset(self, request):
         from indexing.selectors import agent_index_annotate
@@ -173,10 +216,23 @@ class AgentAdmin(admin.ModelAdmin):
     # --- Creating an agent issues its first token, shown once ---------------------------------------
 
     def save_model(self, request, obj, form, change):
+        actor = Actor.from_request(request)
+        was_active = Agent.objects.filter(pk=obj.pk).values_list("is_active", flat=True).first() if change else None
         super().save_model(request, obj, form, change)
-        if not change:
-            _, raw = agent_token_create(agent=obj, label="created in the admin")
+        if change:
+            agent_active_set(agent=obj, was_active=was_active, actor=actor)
+        else:
+            agent_created_record(agent=obj, actor=actor)
+            _, raw = agent_token_create(agent=obj, label="created in the admin", actor=actor)
             show_raw_token_once(request, agent=obj, raw=raw, what="Read/write token")
+
+    def delete_model(self, request, obj):
+        agent_delete(agent=obj, actor=Actor.from_request(request))
+
+    def delete_queryset(self, request, queryset):
+        actor = Actor.from_request(request)
+        for agent in self.managed(request, queryset):
+            agent_delete(agent=agent, actor=actor)
 
     def response_add(self, request, obj, post_url_continue=None):
         # Straight to the agent's page, where its token is shown (once) and more can be made.
@@ -195,6 +251,7 @@ class AgentAdmin(admin.ModelAdmin):
                 files_url=reverse("admin:indexing_memoryfile_changelist") + f"?agent__id__exact={agent.pk}",
                 jobs_url=reverse("admin:indexing_indexjob_changelist") + f"?agent__id__exact={agent.pk}",
                 search_url=reverse("admin:agents_agent_search", args=[agent.pk]),
+                can_manage_tokens=self.has_change_permission(request, agent),  # a viewer only reads
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -215,7 +272,7 @@ class AgentAdmin(admin.ModelAdmin):
         ]
 
     def _agent_for_change(self, request, agent_id) -> Agent:
-        agent = get_object_or_404(Agent, pk=agent_id)
+        agent = get_object_or_404(self.get_queryset(request), pk=agent_id)
         if not self.has_change_permission(request, agent):
             raise PermissionDenied
         return agent
@@ -235,7 +292,7 @@ class AgentAdmin(admin.ModelAdmin):
             return self._back_to(agent)
         _, raw = agent_token_create(
             agent=agent, scopes=form.cleaned_data["scopes"], label=form.cleaned_data["label"],
-            expires_at=form.cleaned_data["expires_at"],
+            expires_at=form.cleaned_data["expires_at"], actor=Actor.from_request(request),
         )
         show_raw_token_once(request, agent=agent, raw=raw)
         return self._back_to(agent)
@@ -274,26 +331,26 @@ class AgentAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/agents/agent/token_confirm.html", context)
 
     def _token_revoke(self, request, agent, token):
-        agent_token_revoke(token=token)
+        agent_token_revoke(token=token, actor=Actor.from_request(request))
         messages.success(request, f"Token {token.prefix}… revoked: it is refused from now on.")
         return self._back_to(agent)
 
     def _token_rotate(self, request, agent, token):
-        _, raw = agent_token_rotate(token=token)
+        _, raw = agent_token_rotate(token=token, actor=Actor.from_request(request))
         show_raw_token_once(request, agent=agent, raw=raw, what=f"Replacement for {token.prefix}…")
         return self._back_to(agent)
 
     def search_view(self, request, agent_id):
         from search.admin_views import search_playground
 
-        agent = get_object_or_404(Agent, pk=agent_id)
+        agent = get_object_or_404(self.get_queryset(request), pk=agent_id)
         if not self.has_view_permission(request, agent):
             raise PermissionDenied
         return search_playground(request, agent=agent, admin_site=self.admin_site, model_admin=self)
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):
+class AgentTokenAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["prefix", "agent", "label", "scopes", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_select_related = ["agent"]
     list_filter = ["revoked_at"]
@@ -301,6 +358,13 @@ class AgentTokenAdmin(admin.ModelAdmin):
     raw_id_fields = ["agent"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke_selected"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "agent":
+            scope = request_team_scope(request)
+            if not scope.everything:
+                kwargs["queryset"] = Agent.objects.filter(team__in=scope.manageable)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_fields(self, request, obj=None):
         if obj is None:
@@ -310,14 +374,14 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             return super().save_model(request, obj, form, change)
-        raw = agent_token_issue(token=obj)
+        raw = agent_token_issue(token=obj, actor=Actor.from_request(request))
         show_raw_token_once(request, agent=obj.agent, raw=raw)
 
-    @admin.action(description="Revoke selected tokens…")
+    @admin.action(description="Revoke selected tokens…", permissions=["operate"])
     def revoke_selected(self, request, queryset):
         """Asks first, like Django's "Delete selected": the confirmation page posts the action again with
         confirmed=yes."""
-        live = list(queryset.filter(revoked_at__isnull=True).select_related("agent"))
+        live = list(self.managed(request, queryset).filter(revoked_at__isnull=True).select_related("agent"))
         if request.POST.get("confirmed") != "yes":
             context = {
                 **self.admin_site.each_context(request),
@@ -328,6 +392,318 @@ class AgentTokenAdmin(admin.ModelAdmin):
                 "consequence": AgentAdmin.TOKEN_ACTIONS["revoke"],
             }
             return TemplateResponse(request, "admin/agents/agenttoken/revoke_selected_confirm.html", context)
+        actor = Actor.from_request(request)
         for token in live:
-            agent_token_revoke(token=token)
+            agent_token_revoke(token=token, actor=actor)
         self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)
+
+
+class TeamMembershipInline(admin.TabularInline):
+    model = TeamMembership
+    extra = 0
+    raw_id_fields = ["user"]
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+
+    # The team's admins manage its members (the parent's change permission decides).
+    def has_add_permission(self, request, obj=None):
+        return obj is not None and request_team_scope(request).can_manage(obj.pk)
+
+    def has_change_permission(self, request, obj=None):
+        return obj is not None and request_team_scope(request).can_manage(obj.pk)
+
+    def has_delete_permission(self, request, obj=None):
+        return obj is not None and request_team_scope(request).can_manage(obj.pk)
+
+    def has_view_permission(self, request, obj=None):
+        return obj is None or request_team_scope(request).can_view(obj.pk)
+
+
+@admin.register(Team)
+class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    team_field = "pk"
+    list_display = ["slug", "name", "agent_count", "created_at"]
+    search_fields = ["slug", "name"]
+    fields = ["slug", "name", "max_files", "max_bytes", "max_agents", "rate_limit", "limits", "created_at"]
+    readonly_fields = ["limits", "created_at"]
+    inlines = [TeamMembershipInline]
+
+    @admin.display(description="Limits in force")
+    def limits(self, team):
+        if team.pk is None:
+            return "The server's defaults, unless set above."
+        saved = Team.objects.get(pk=team.pk)  # what is enforced, not a form's refused values
+        rate = saved.request_rate
+        def shown(limit, unit):
+            return f"{limit} {unit}" if limit is not None else f"no limit on {unit}"
+
+        return (
+            f"{shown(saved.file_limit, 'files')}, {shown(saved.byte_limit, 'bytes')}, {shown(saved.agent_limit, 'agents')}, "
+            f"{shown(rate, 'requests')} (a blank field: the server's default; 0: no limit)"
+        )
+
+    def team_id_of(self, obj) -> int | None:
+        return obj.pk
+
+    def get_queryset(self, request):
+        from django.db.models import Count
+
+        queryset = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "agents_team_changelist":
+            queryset = queryset.annotate(agents_total=Count("agents"))
+        return queryset
+
+    @admin.display(description="Agents", ordering="agents_total")
+    def agent_count(self, team):
+        return format_html(
+            '<a href="{}?team__id__exact={}">{}</a>', reverse("admin:agents_agent_changelist"), team.pk, team.agents_total
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        # Limits are the service operator's: a team's admins see them, only a superuser changes them.
+        if request_team_scope(request).everything:
+            return self.readonly_fields
+        return [*self.readonly_fields, "slug", "max_files", "max_bytes", "max_agents", "rate_limit"]
+
+    # Teams are created and deleted by superusers (or `manage.py create_team`); team admins rename
+    # theirs and manage its members.
+    def has_add_permission(self, request):
+        return request_team_scope(request).everything
+
+    def has_delete_permission(self, request, obj=None):
+        return request_team_scope(request).everything
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            audit_record(action=AuditEvent.Action.TEAM_CREATED, actor=Actor.from_request(request), team_ids=[obj.pk], target=obj.slug)
+
+    def save_formset(self, request, form, formset, change):
+        """Membership changes go to the audit trail: who added, removed or changed whose role."""
+        actor = Actor.from_request(request)
+        team = form.instance
+        before = {m.pk: m.role for m in TeamMembership.objects.filter(team=team)}
+        removed = [(f.instance.user.get_username(), f.instance.role) for f in formset.deleted_forms if f.instance.pk]
+        super().save_formset(request, form, formset, change)
+        for username, role in removed:
+            audit_record(action=AuditEvent.Action.MEMBER_REMOVED, actor=actor, team_ids=[team.pk], target=username, role=role)
+        for membership in formset.new_objects:
+            audit_record(
+                action=AuditEvent.Action.MEMBER_ADDED, actor=actor, team_ids=[team.pk], target=membership.user.get_username(),
+                role=membership.role,
+            )
+        for membership, _ in formset.changed_objects:
+            audit_record(
+                action=AuditEvent.Action.MEMBER_CHANGED, actor=actor, team_ids=[team.pk], target=membership.user.get_username(),
+                role=membership.role, was=before.get(membership.pk, ""),
+            )
+
+
+class MemoryGrantForm(forms.ModelForm):
+    """Agents named by slug: across teams, one team's admin names the other team's agent, which their
+    own lists do not show. One of the two must be an agent of a team the user administers."""
+
+    reader_slug = forms.SlugField(label="Reader agent", help_text="The agent that may read (its slug).")
+    owner_slug = forms.SlugField(label="Owner agent", help_text="The agent whose memory it may read (its slug).")
+
+    class Meta:
+        model = MemoryGrant
+        fields = []
+
+    def __init__(self, *args, scope=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scope = scope
+
+    def clean(self):
+        cleaned = super().clean()
+        agents = {a.slug: a for a in Agent.objects.filter(slug__in=[cleaned.get("reader_slug"), cleaned.get("owner_slug")])}
+        for field in ("reader_slug", "owner_slug"):
+            if cleaned.get(field) and cleaned[field] not in agents:
+                self.add_error(field, "No such agent.")
+        if self.errors:
+            return cleaned
+        reader, owner = agents[cleaned["reader_slug"]], agents[cleaned["owner_slug"]]
+        if reader == owner:
+            raise ValidationError("A grant names two different agents.")
+        if not (self.scope.can_manage(reader.team_id) or self.scope.can_manage(owner.team_id)):
+            raise ValidationError("One of the two agents must belong to a team you administer.")
+        cleaned["reader"], cleaned["owner"] = reader, owner
+        return cleaned
+
+
+@admin.register(MemoryGrant)
+class MemoryGrantAdmin(admin.ModelAdmin):
+    """Grants seen from both sides: a team's admins see the grants of its agents' memories and to its agents."""
+
+    form = MemoryGrantForm
+    list_display = ["reader", "reader_team", "owner", "owner_team", "status", "created_at"]
+    list_select_related = ["reader__team", "owner__team"]
+    search_fields = ["reader__slug", "owner__slug"]
+    actions = ["approve_selected"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        team_ids = request_team_scope(request).team_ids
+        if team_ids is not None:
+            queryset = queryset.filter(models.Q(reader__team__in=team_ids) | models.Q(owner__team__in=team_ids))
+        return queryset
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        scope = request_team_scope(request)
+
+        class ScopedForm(form):
+            def __init__(self, *args, **inner):
+                super().__init__(*args, scope=scope, **inner)
+
+        return ScopedForm
+
+    def get_fields(self, request, obj=None):
+        return ["reader_slug", "owner_slug"] if obj is None else ["reader", "owner", "owner_team_approved", "reader_team_approved", "created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["reader", "owner", "owner_team_approved", "reader_team_approved", "created_at"]
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None and not request_team_scope(request).everything:
+            raise Http404("No such grant.")
+        return obj
+
+    def _sides(self, request, obj) -> bool:
+        scope = request_team_scope(request)
+        return scope.can_manage(obj.reader.team_id) or scope.can_manage(obj.owner.team_id)
+
+    def has_module_permission(self, request):
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.viewable)
+
+    def has_view_permission(self, request, obj=None):
+        scope = request_team_scope(request)
+        if obj is None:
+            return scope.everything or bool(scope.viewable)
+        return scope.can_view(obj.reader.team_id) or scope.can_view(obj.owner.team_id)
+
+    def has_add_permission(self, request):
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable)
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a grant is given, approved (action) or revoked (delete), never edited
+
+    def has_delete_permission(self, request, obj=None):
+        scope = request_team_scope(request)
+        if obj is None:
+            return scope.everything or bool(scope.manageable)
+        return self._sides(request, obj)
+
+    def has_operate_permission(self, request):
+        return self.has_add_permission(request)
+
+    def save_model(self, request, obj, form, change):
+        scope = request_team_scope(request)
+        grant = memory_grant_give(
+            reader=form.cleaned_data["reader"], owner=form.cleaned_data["owner"],
+            approving_team_ids=None if scope.everything else scope.manageable, actor=Actor.from_request(request),
+        )
+        obj.pk, obj.reader, obj.owner = grant.pk, grant.reader, grant.owner
+        if not grant.is_active:
+            messages.warning(request, "Across teams the grant works once the other team's admins approve it too.")
+
+    def delete_model(self, request, obj):
+        memory_grant_revoke(reader=obj.reader, owner=obj.owner, actor=Actor.from_request(request))
+
+    def delete_queryset(self, request, queryset):
+        actor = Actor.from_request(request)
+        for grant in queryset.select_related("reader", "owner"):
+            if self._sides(request, grant):
+                memory_grant_revoke(reader=grant.reader, owner=grant.owner, actor=actor)
+
+    @admin.display(description="Reader's team")
+    def reader_team(self, grant):
+        return grant.reader.team
+
+    @admin.display(description="Owner's team")
+    def owner_team(self, grant):
+        return grant.owner.team
+
+    @admin.display(description="Status")
+    def status(self, grant):
+        if grant.is_active:
+            return "active"
+        waiting = "owner's" if not grant.owner_team_approved else "reader's"
+        return f"waiting for the {waiting} team"
+
+    @admin.action(description="Approve selected grants for my teams", permissions=["operate"])
+    def approve_selected(self, request, queryset):
+        scope = request_team_scope(request)
+        approved = 0
+        for grant in queryset.select_related("reader", "owner"):
+            if self._sides(request, grant):
+                memory_grant_approve(
+                    grant=grant, approving_team_ids=None if scope.everything else scope.manageable,
+                    actor=Actor.from_request(request),
+                )
+                approved += 1
+        self.message_user(request, f"Approved {approved} grant(s) for your teams.", messages.SUCCESS)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The audit trail: read-only for everyone; a team's admins see its events, viewers none."""
+
+    list_display = ["created_at", "action", "actor", "ip", "agent_slug", "target", "teams"]
+    list_filter = ["action"]
+    search_fields = ["actor", "agent_slug", "target"]
+    fields = ["created_at", "action", "actor", "actor_user_id", "ip", "teams", "agent_slug", "agent_id", "target", "details"]
+    readonly_fields = fields
+    show_full_result_count = False
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request).annotate(
+            team_slugs=RawSQL(
+                f"ARRAY(SELECT t.slug FROM {Team._meta.db_table} t "
+                f"WHERE t.id = ANY({AuditEvent._meta.db_table}.team_ids) ORDER BY t.slug)", [],
+            )
+        )
+        scope = request_team_scope(request)
+        if not scope.everything:
+            queryset = queryset.filter(team_ids__overlap=sorted(scope.manageable))
+        return queryset
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None and not request_team_scope(request).everything:
+            raise Http404("No such event.")
+        return obj
+
+    def _may_see(self, request) -> bool:
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable)
+
+    def has_module_permission(self, request):
+        return self._may_see(request)
+
+    def has_view_permission(self, request, obj=None):
+        if obj is None:
+            return self._may_see(request)
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable.intersection(obj.team_ids))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Teams")
+    def teams(self, event):
+        # The teams' current slugs (one subquery for the page); the event keeps a deleted team's id.
+        names = list(event.team_slugs or [])
+        if len(event.team_ids) > len(names):
+            names.append(f"{len(event.team_ids) - len(names)} deleted team(s)")
+        return ", ".join(names)

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from agents.models import AgentToken
-from agents.services import token_digest
+from agents.services import agent_token_first_use, token_digest
 
 TOKEN_PATTERN = re.compile(r"^mh_[A-Za-z0-9_-]{43}$")
 
@@ -29,14 +29,14 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         raw = raw.strip()
         if scheme.lower() != "bearer" or not raw:
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.", code="invalid_token")
-        return self.authenticate_token(raw)
+        return self.authenticate_token(raw, ip=request.META.get("REMOTE_ADDR"))
 
-    def authenticate_token(self, raw: str):
+    def authenticate_token(self, raw: str, *, ip: str | None = None):
         """(agent, token) for a raw token from anywhere (the header, or /mcp/<token>), or AuthenticationFailed."""
         if not TOKEN_PATTERN.match(raw):
             raise exceptions.AuthenticationFailed("Malformed token: MemoryHub tokens start with 'mh_'.", code="invalid_token")
         digest = token_digest(raw)
-        token = AgentToken.objects.select_related("agent").filter(digest=digest).first()
+        token = AgentToken.objects.select_related("agent__team").filter(digest=digest).first()
         # The unique-digest lookup already matched; compare again in constant time as a guard.
         if token is None or not hmac.compare_digest(token.digest, digest):
             raise exceptions.AuthenticationFailed("Unknown token.", code="invalid_token")
@@ -47,13 +47,17 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This token has expired.", code="token_expired")
         if not token.agent.is_active:
             raise exceptions.AuthenticationFailed("This agent is deactivated.", code="agent_inactive")
-        self._touch(token, now)
+        self._touch(token, now, ip=ip)
         return token.agent, token
 
     @staticmethod
-    def _touch(token: AgentToken, now) -> None:
+    def _touch(token: AgentToken, now, *, ip: str | None) -> None:
+        if token.last_used_at is None:
+            agent_token_first_use(token=token, now=now, ip=ip)  # and the audit trail's "first used"
+            token.last_used_at = now
+            return
         interval = timedelta(seconds=settings.MEMORYHUB_TOKEN_LAST_USED_INTERVAL)
-        if token.last_used_at is None or now - token.last_used_at >= interval:
+        if now - token.last_used_at >= interval:
             AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.http import JsonResponse
 from rest_framework.throttling import BaseThrottle
 
-from agents.models import AgentToken
+from agents.models import Agent, AgentToken
 from agents.services import token_digest
 from memoryhub import metrics
 from memoryhub.errors import ApiError, error_body, is_api_path
@@ -66,10 +66,33 @@ def rate_limit_check(*, token: AgentToken, bucket: str) -> None:
         raise RateLimited(bucket=bucket, rate=rate, wait=wait)
 
 
+class TeamRateLimited(ApiError):
+    def __init__(self, *, team_slug: str, rate: Rate, wait: float):
+        super().__init__(
+            status_code=429,
+            code="team_rate_limited",
+            message=f"Too many requests for this agent's team {team_slug} (team_rate_limit: at most {rate}). "
+            f"Retry in {wait:.1f} s.",
+        )
+        self.wait = max(1, round(wait))
+        metrics.throttled_increment(scope="team")
+
+
+def team_rate_limit_check(*, agent: Agent) -> None:
+    """TeamRateLimited (429, Retry-After) when the agent's team is past its rate: every request of every
+    agent of the team counts, whatever its kind."""
+    team = agent.team
+    rate = team.request_rate
+    wait = rate_limit_hit(bucket="team", subject=str(team.pk), rate=rate)
+    if wait is not None:
+        raise TeamRateLimited(team_slug=team.slug, rate=rate, wait=wait)
+
+
 class TokenRateThrottle(BaseThrottle):
     def allow_request(self, request, view) -> bool:
         if isinstance(request.auth, AgentToken):  # unauthenticated: the permission check answers 401
             rate_limit_check(token=request.auth, bucket=request_bucket(request.method, request.path))
+            team_rate_limit_check(agent=request.user)
         return True
 
 

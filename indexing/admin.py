@@ -7,6 +7,9 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from agents.admin_scoping import TeamScopedAdmin
+from agents.models import AuditEvent
+from agents.services import Actor, audit_record
 from indexing.models import Chunk, EmbeddingBatch, IndexJob, MemoryFile
 from indexing.maintenance import file_reindex, index_job_retry
 
@@ -22,8 +25,9 @@ def state_badge(state: str) -> str:
     return format_html('<span class="mh-state mh-state-{}">{}</span>', state, state)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written by the API and the workers: operators look and act through actions, never edit."""
+class ReadOnlyAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    """Rows written by the API and the workers: operators look and act through actions, never edit; each
+    sees only their teams' rows (agents/admin_scoping.py)."""
 
     def has_add_permission(self, request):
         return False
@@ -137,13 +141,19 @@ class MemoryFileAdmin(ReadOnlyAdmin):
             )
         return format_html('<pre class="mh-content">{}</pre>{}', body, more)
 
-    @admin.action(description="Re-index selected files")
+    @admin.action(description="Re-index selected files", permissions=["operate"])
     def reindex_selected(self, request, queryset):
         by_agent: dict = {}
-        for memory_file in queryset.select_related("agent").only("id", "agent"):
+        for memory_file in self.managed(request, queryset).select_related("agent").only("id", "agent"):
             by_agent.setdefault(memory_file.agent, []).append(memory_file.pk)
         jobs = [file_reindex(agent=agent, file_ids=file_ids) for agent, file_ids in by_agent.items()]
         count = sum(len(ids) for ids in by_agent.values())
+        actor = Actor.from_request(request)
+        for (agent, file_ids), job in zip(by_agent.items(), jobs):
+            audit_record(
+                action=AuditEvent.Action.FILES_REINDEXED, actor=actor, team_ids=[agent.team_id], agent=agent,
+                target=f"{len(file_ids)} file(s)", file_ids=file_ids, job_id=job.pk if job else None,
+            )
         self.message_user(
             request,
             f"{count} file(s) queued for re-indexing in {len(jobs)} job(s): {', '.join(str(j.pk) for j in jobs if j)}.",
@@ -224,9 +234,18 @@ class IndexJobAdmin(ReadOnlyAdmin):
             listing, total - JOB_FILES_VIEW_MAX, reverse("admin:indexing_memoryfile_changelist"), job.pk, total,
         )
 
-    @admin.action(description="Retry selected failed jobs")
+    @admin.action(description="Retry selected failed jobs", permissions=["operate"])
     def retry_selected(self, request, queryset):
-        retried = [job.pk for job in queryset.filter(state=IndexJob.State.FAILED) if index_job_retry(job=job)]
+        queryset = self.managed(request, queryset)
+        retried = []
+        actor = Actor.from_request(request)
+        for job in queryset.filter(state=IndexJob.State.FAILED).select_related("agent"):
+            if index_job_retry(job=job):
+                retried.append(job.pk)
+                audit_record(
+                    action=AuditEvent.Action.JOBS_RETRIED, actor=actor, team_ids=[job.agent.team_id], agent=job.agent,
+                    target=f"job {job.pk}", job_id=job.pk,
+                )
         skipped = queryset.count() - len(retried)
         message = f"{len(retried)} job(s) queued again" + (f": {', '.join(map(str, retried))}" if retried else "")
         if skipped:

@@ -363,11 +363,16 @@ class FileGetApi(APIView):
                 "total_lines": serializers.IntegerField(),
                 "content": serializers.CharField(),
                 "source": serializers.CharField(),
+                "owner": serializers.CharField(required=False, help_text="The owner agent when read through a grant."),
             },
         ),
-        description="memory_get: `lines` lines of one file from line `from`, numbered as search results cite them.",
+        description="memory_get: `lines` lines of one file from line `from`, numbered as search results cite them. "
+        "`owner:path` (e.g. `handbook:memory/policies.md`) reads a memory granted to this agent.",
     )
     def get(self, request, path):
+        from agents.selectors import memory_path_resolve
+
+        owner, memory, path = memory_path_resolve(reader=request.user, path=path)  # "handbook:memory/x.md"
         path = _file_path(path)
         params = request.query_params.copy()
         if "from" in params:
@@ -377,11 +382,14 @@ class FileGetApi(APIView):
             errors = {("from" if key == "start" else key): value for key, value in serializer.errors.items()}
             raise serializers.ValidationError(errors)
         result = file_read_lines(
-            agent=request.user, path=path, start=serializer.validated_data["start"], lines=serializer.validated_data["lines"]
+            agent=memory, path=path, start=serializer.validated_data["start"], lines=serializer.validated_data["lines"]
         )
         data = self.OutputSerializer({**result, "start": result["from"]}).data
         data["from"] = data.pop("start")
-        return Response({key: data[key] for key in ("path", "from", "lines", "total_lines", "content", "source")})
+        answer = {key: data[key] for key in ("path", "from", "lines", "total_lines", "content", "source")}
+        if owner is not None:
+            answer["owner"] = owner  # read through a grant
+        return Response(answer)
 
 
 class FileDeleteApi(APIView):

@@ -136,15 +136,20 @@ def _hit_rate(hits: int | None, embedded: int | None) -> float | None:
     return hits / (hits + embedded) if hits + embedded else None
 
 
-def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
-    """The admin dashboard's numbers, in a fixed number of queries whatever the size of the database."""
+def dashboard_stats(*, now: datetime | None = None, recent: int = 5, team_ids: frozenset[int] | None = None) -> dict:
+    """The admin dashboard's numbers, in a fixed number of queries whatever the size of the database;
+    with ``team_ids``, of those teams' agents only (None: every team, for a superuser)."""
     now = now or timezone.now()
     hour, day = now - timedelta(hours=1), now - timedelta(days=1)
-    agents = Agent.objects.aggregate(total=Count("id"), active=Count("id", filter=Q(is_active=True)))
-    tokens = AgentToken.objects.aggregate(
+
+    def scoped(queryset, team_field="agent__team"):
+        return queryset if team_ids is None else queryset.filter(**{f"{team_field}__in": team_ids})
+
+    agents = scoped(Agent.objects.all(), "team").aggregate(total=Count("id"), active=Count("id", filter=Q(is_active=True)))
+    tokens = scoped(AgentToken.objects.all()).aggregate(
         active=Count("id", filter=Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
     )
-    files = MemoryFile.objects.aggregate(
+    files = scoped(MemoryFile.objects.all()).aggregate(
         total=Count("id"),
         bytes=Coalesce(Sum("size"), 0),
         indexed=Count("id", filter=Q(state=MemoryFile.State.INDEXED)),
@@ -153,9 +158,9 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
     )
     # A chunk has a vector exactly when it has an embedding identity; filtering on the identity lets
     # Postgres count from chunk_agent_identity_idx (an index-only scan) instead of reading every vector.
-    chunks = Chunk.objects.aggregate(total=Count("id"), with_vector=Count("id", filter=~Q(embedding_identity="")))
+    chunks = scoped(Chunk.objects.all()).aggregate(total=Count("id"), with_vector=Count("id", filter=~Q(embedding_identity="")))
     State = IndexJob.State
-    jobs = IndexJob.objects.aggregate(
+    jobs = scoped(IndexJob.objects.all()).aggregate(
         **{
             f"{name}_{state}": Count("id", filter=Q(created_at__gte=since, state=state))
             for name, since in (("hour", hour), ("day", day))
@@ -184,11 +189,12 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
             "waiting": jobs["waiting"],
             "failed": jobs["failed"],
         },
-        "batches": EmbeddingBatch.objects.filter(state__in=BATCHES_UNFINISHED).aggregate(
+        "batches": scoped(EmbeddingBatch.objects.filter(state__in=BATCHES_UNFINISHED)).aggregate(
             in_flight=Count("id"), inputs=Coalesce(Sum("inputs"), 0), oldest=Min("created_at")
         ),
         "cache": {
-            "entries": EmbeddingCache.objects.count(),
+            # The cache is shared by every team (content-addressed): its size is the service's, not a team's.
+            "entries": EmbeddingCache.objects.count() if team_ids is None else None,
             "hit_rate_day": _hit_rate(jobs["day_hits"], jobs["day_embedded"]),
             "hit_rate_all": _hit_rate(jobs["all_hits"], jobs["all_embedded"]),
             "embedded_day": jobs["day_embedded"] or 0,
@@ -197,10 +203,10 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5) -> dict:
         "embedding": identity,
         "embedding_chosen": provider_chosen(),
         "failed_jobs": list(
-            IndexJob.objects.filter(state=State.FAILED).select_related("agent").order_by("-created_at")[:recent]
+            scoped(IndexJob.objects.filter(state=State.FAILED)).select_related("agent").order_by("-created_at")[:recent]
         ),
         "failed_files": list(
-            MemoryFile.objects.filter(state=MemoryFile.State.FAILED)
+            scoped(MemoryFile.objects.filter(state=MemoryFile.State.FAILED))
             .select_related("agent")
             .defer("content")
             .order_by("-updated_at")[:recent]

@@ -98,6 +98,27 @@ def _quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> None:
             f"its quota of {max_bytes} bytes.",
             code="byte_quota_exceeded",
         )
+    _team_quota_check(agent=agent, files_delta=files_delta, bytes_delta=bytes_delta)
+
+
+def _team_quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> None:
+    """The team's limits on what all its agents store together (MEMORYHUB_TEAM_MAX_*, or the team's own)."""
+    team = agent.team
+    if team.file_limit is None and team.byte_limit is None:
+        return
+    usage = MemoryFile.objects.filter(agent__team_id=team.pk).aggregate(files=Count("id"), bytes=Coalesce(Sum("size"), 0))
+    if files_delta > 0 and team.file_limit is not None and usage["files"] + files_delta > team.file_limit:
+        raise TooLarge(
+            f"This agent's team stores {usage['files']} files; {files_delta} more would exceed the team's limit of "
+            f"{team.file_limit} files (team_max_files).",
+            code="team_file_quota_exceeded",
+        )
+    if bytes_delta > 0 and team.byte_limit is not None and usage["bytes"] + bytes_delta > team.byte_limit:
+        raise TooLarge(
+            f"This agent's team stores {usage['bytes']} bytes; this change adds {bytes_delta} bytes and would exceed "
+            f"the team's limit of {team.byte_limit} bytes (team_max_bytes).",
+            code="team_byte_quota_exceeded",
+        )
 
 
 def _expected_hash_check(*, path: str, memory_file: MemoryFile | None, expected_hash: str | None) -> None:

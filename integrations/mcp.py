@@ -25,7 +25,7 @@ from rest_framework import exceptions
 
 from agents.authentication import AgentTokenAuthentication
 from agents.models import AgentToken
-from agents.throttles import RateLimited, rate_limit_check
+from agents.throttles import RateLimited, TeamRateLimited, rate_limit_check, team_rate_limit_check
 from memoryhub.errors import CLIENT_ERRORS, error_message, is_database_unavailable
 from memoryhub.parsers import JsonTooDeep, json_loads_bounded
 from integrations.tools import TOOL_RUNNERS, tool_definitions, tool_run
@@ -129,7 +129,8 @@ class McpView(View):
         if any(isinstance(message, dict) and message.get("method") == "tools/call" for message in messages):
             try:
                 rate_limit_check(token=token, bucket="search")
-            except RateLimited as exc:
+                team_rate_limit_check(agent=agent)
+            except (RateLimited, TeamRateLimited) as exc:
                 return _http_error(429, INVALID_REQUEST, str(exc.detail), headers={"Retry-After": str(exc.wait)})
 
         if isinstance(payload, list):
@@ -172,7 +173,7 @@ class McpView(View):
         if url_token is not None and request.headers.get("Authorization"):
             return _http_error(400, INVALID_REQUEST, "Send the token once: in the Authorization header or in the URL, not both.")
         try:
-            outcome = authentication.authenticate_token(url_token) if url_token is not None else authentication.authenticate(request)
+            outcome = authentication.authenticate_token(url_token, ip=request.META.get("REMOTE_ADDR")) if url_token is not None else authentication.authenticate(request)
         except exceptions.AuthenticationFailed as exc:
             return _http_error(401, UNAUTHORIZED, str(exc.detail), headers=challenge)
         if outcome is None:

@@ -31,6 +31,7 @@ from memoryhub.fields import (
     AttributeFilterField,
     AttributesField,
     ClientDatetimeField,
+    ScopeField,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
@@ -114,6 +115,12 @@ TOOL_SCHEMAS: dict[str, dict] = {
                 "description": "Drop results scoring below this (0-1; the server's default keeps exact keyword matches).",
             },
             **_SEARCH_FILTERS,
+            "scope": {
+                "type": ["string", "array"],
+                "items": {"type": "string"},
+                "description": "Whose memory: \"own\" (default), \"shared\" (yours and the memories shared with you), "
+                "or a list of memory names. Results from a shared memory are cited as owner:path#Lstart-Lend.",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -121,7 +128,11 @@ TOOL_SCHEMAS: dict[str, dict] = {
     "memory_get": {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path as cited by memory_search, e.g. memory/2026-03-01.md."},
+            "path": {
+                "type": "string",
+                "description": "File path as cited by memory_search, e.g. memory/2026-03-01.md, or owner:path for a "
+                "shared memory (handbook:memory/policies.md).",
+            },
             "from": {
                 "type": "integer",
                 "minimum": 1,
@@ -247,6 +258,7 @@ class MemorySearchArguments(serializers.Serializer):
     modified_since = ClientDatetimeField(required=False, allow_null=True)
     modified_until = ClientDatetimeField(required=False, allow_null=True)
     filters = AttributeFilterField(required=False, allow_null=True)
+    scope = ScopeField(required=False, allow_null=True)
 
     def validate_maxResults(self, value):
         # The same limit as POST search, read when the call is made (settings may change between runs).
@@ -334,8 +346,10 @@ def _validated(name: str, serializer_class, arguments: Any) -> dict:
     return {key: value for key, value in serializer.validated_data.items() if value is not None}
 
 
-def _citation(path: str, start: int, end: int) -> str:
-    return f"{path}#L{start}-L{end}" if end != start else f"{path}#L{start}"
+def _citation(path: str, start: int, end: int, owner: str | None = None) -> str:
+    """path#Lstart-Lend; a granted memory's file is prefixed with its owner (handbook:memory/x.md#L3-L9)."""
+    cited = f"{owner}:{path}" if owner else path
+    return f"{cited}#L{start}-L{end}" if end != start else f"{cited}#L{start}"
 
 
 def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
@@ -348,10 +362,12 @@ def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
         attributes=args.get("filters"),
     )
     response = memory_search(
-        agent=agent, query=args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), filters=filters
+        agent=agent, query=args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), filters=filters,
+        scope=args.get("scope"),
     )
-    results = [
-        {
+    results = []
+    for result in response.results:
+        item = {
             "path": result.path,
             "start_line": result.start_line,
             "end_line": result.end_line,
@@ -359,10 +375,11 @@ def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
             "snippet": result.snippet,
             "source": result.source,
             "attributes": result.attributes,
-            "citation": _citation(result.path, result.start_line, result.end_line),
+            "citation": _citation(result.path, result.start_line, result.end_line, result.owner),
         }
-        for result in response.results
-    ]
+        if result.owner is not None:
+            item["owner"] = result.owner
+        results.append(item)
     data = {
         "results": results,
         "mode": response.mode,
@@ -389,11 +406,16 @@ def memory_search_run(*, agent: Agent, arguments: Any) -> ToolOutput:
 
 
 def memory_get_run(*, agent: Agent, arguments: Any) -> ToolOutput:
+    from agents.selectors import memory_path_resolve
+
     args = _validated("memory_get", MemoryGetArguments, arguments)
-    path = path_normalize(args["path"])
+    owner, memory, path = memory_path_resolve(reader=agent, path=args["path"])  # owner:path reads a granted memory
+    path = path_normalize(path)
     start, count = args.get("start", 1), args.get("lines", MEMORY_GET_DEFAULT_LINES)
-    result = file_read_lines(agent=agent, path=path, start=start, lines=count)
+    result = file_read_lines(agent=memory, path=path, start=start, lines=count)
     data = {key: result[key] for key in ("path", "from", "lines", "total_lines", "content", "source")}
+    if owner is not None:
+        data["owner"] = owner
     total = result["total_lines"]
     if result["lines"] == 0:
         content = (
@@ -403,7 +425,7 @@ def memory_get_run(*, agent: Agent, arguments: Any) -> ToolOutput:
         )
         return ToolOutput(content=content, data=data)
     end = start + result["lines"] - 1
-    header = f"{_citation(result['path'], start, end)} (lines {start}-{end} of {total})"
+    header = f"{_citation(result['path'], start, end, owner)} (lines {start}-{end} of {total})"
     footer = ""
     if end < total:
         footer = f"\n[{total - end} more line{'s' if total - end != 1 else ''}: memory_get with from={end + 1}]"

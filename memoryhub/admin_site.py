@@ -14,9 +14,11 @@ class MemoryHubAdminSite(admin.AdminSite):
     site_url = None
 
     def index(self, request, extra_context=None):
+        from agents.admin_scoping import request_team_scope
         from indexing.selectors import dashboard_stats
 
-        return super().index(request, {"dashboard": dashboard_stats(), **(extra_context or {})})
+        team_ids = request_team_scope(request).team_ids  # a team member's dashboard counts their teams only
+        return super().index(request, {"dashboard": dashboard_stats(team_ids=team_ids), **(extra_context or {})})
 
     def get_urls(self):
         from functools import partial

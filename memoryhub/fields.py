@@ -160,3 +160,22 @@ class AttributeFilterField(serializers.Field):
 
     def to_representation(self, value):
         return value.to_json()
+
+
+@extend_schema_field(
+    {"oneOf": [{"type": "string", "enum": ["own", "shared"]}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+)
+class ScopeField(serializers.Field):
+    """memory_search's scope: "own" (default), "shared", or a list of memory names (agent slugs)."""
+
+    default_error_messages = {"invalid": 'Must be "own", "shared" or a list of memory names (agent slugs).'}
+
+    def to_internal_value(self, value):
+        if value in ("own", "shared"):
+            return value
+        if isinstance(value, list) and value and all(isinstance(name, str) and name for name in value):
+            return value
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value

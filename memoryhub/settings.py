@@ -299,6 +299,12 @@ MEMORYHUB_MAX_SYNC_FILES = env_int("MEMORYHUB_MAX_SYNC_FILES", 10_000, minimum=1
 # Per-agent quotas: number of files and total bytes of content stored -> 413 with the numbers.
 MEMORYHUB_MAX_FILES_PER_AGENT = env_int("MEMORYHUB_MAX_FILES_PER_AGENT", 20_000, minimum=1)
 MEMORYHUB_MAX_BYTES_PER_AGENT = env_int("MEMORYHUB_MAX_BYTES_PER_AGENT", 1024 * 1024 * 1024, minimum=1)
+# Per-team limits, defaults for every team (a superuser overrides them per team in the admin): files and
+# bytes stored by all the team's agents together -> 413, agents in the team -> refused on creation.
+# 0 = no limit. The team "default", which holds the agents from before teams, starts without limits.
+MEMORYHUB_TEAM_MAX_FILES = env_int("MEMORYHUB_TEAM_MAX_FILES", 200_000, minimum=0)
+MEMORYHUB_TEAM_MAX_BYTES = env_int("MEMORYHUB_TEAM_MAX_BYTES", 10 * 1024 * 1024 * 1024, minimum=0)
+MEMORYHUB_TEAM_MAX_AGENTS = env_int("MEMORYHUB_TEAM_MAX_AGENTS", 100, minimum=0)
 # Django refuses bodies over this with a bare 400 before MemoryHub sees them; keep it above our own
 # limits (a JSON-escaped file can be a few times its UTF-8 size) so the 413 comes from MemoryHub.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(MEMORYHUB_MAX_SYNC_BYTES, 6 * MEMORYHUB_MAX_FILE_BYTES) + 64 * 1024
@@ -519,6 +525,8 @@ MEMORYHUB_RATE_LIMITS = {
     "sync": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_SYNC", "120/min"), name="MEMORYHUB_RATE_LIMIT_SYNC"),
     "read": rate_parse(env_str("MEMORYHUB_RATE_LIMIT_READ", "1200/min"), name="MEMORYHUB_RATE_LIMIT_READ"),
 }
+# Requests of all a team's agents together, any kind (same syntax; 0 = no limit) -> 429 team_rate_limited.
+MEMORYHUB_TEAM_RATE_LIMIT = rate_parse(env_str("MEMORYHUB_TEAM_RATE_LIMIT", "6000/min"), name="MEMORYHUB_TEAM_RATE_LIMIT")
 # Requests one token may have in progress at once in one web process (0 = no cap). Beyond it: 429
 # rate_limited with Retry-After 1, from the first middleware. With 8 threads a process, one tenant can
 # then never hold every thread, however it sends (agents/throttles.py).

@@ -12,6 +12,7 @@ from indexing.paths import prefix_normalize
 from memoryhub.fields import (
     AttributeFilterField,
     ClientDatetimeField,
+    ScopeField,
     StrictBooleanField,
     StrictCharField,
     StrictFloatField,
@@ -20,6 +21,23 @@ from memoryhub.fields import (
 )
 from search.services import MODES, memory_search
 from search.types import SearchFilters
+
+
+class ResultSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    start_line = serializers.IntegerField()
+    end_line = serializers.IntegerField()
+    score = serializers.FloatField()
+    snippet = serializers.CharField()
+    source = serializers.CharField()
+    attributes = serializers.DictField()
+    owner = serializers.CharField(required=False, help_text="The owner agent of a granted memory; absent for the agent's own files.")
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if data.get("owner") is None:
+            data.pop("owner", None)
+        return data
 
 
 class SearchApi(APIView):
@@ -39,16 +57,10 @@ class SearchApi(APIView):
         modified_until = ClientDatetimeField(required=False, allow_null=True)
         filters = AttributeFilterField(required=False, allow_null=True)
         explain = StrictBooleanField(required=False, default=False)
+        scope = ScopeField(required=False, default="own")
 
     class OutputSerializer(serializers.Serializer):
-        class ResultSerializer(serializers.Serializer):
-            path = serializers.CharField()
-            start_line = serializers.IntegerField()
-            end_line = serializers.IntegerField()
-            score = serializers.FloatField()
-            snippet = serializers.CharField()
-            source = serializers.CharField()
-            attributes = serializers.DictField()
+        ResultSerializer = ResultSerializer
 
         class ExplainedResultSerializer(ResultSerializer):
             explain = serializers.DictField()
@@ -84,5 +96,6 @@ class SearchApi(APIView):
             mode=data.get("mode"),
             filters=filters,
             explain=data["explain"],
+            scope=data["scope"],
         )
         return Response(self.OutputSerializer(response, context={"explain": data["explain"]}).data)

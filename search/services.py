@@ -195,9 +195,16 @@ def memory_search(
     mode: str | None = None,
     filters: SearchFilters | None = None,
     explain: bool = False,
+    scope: str | list[str] | None = None,
 ) -> SearchResponse:
-    """Search one agent's memory. Raises InvalidInput for bad input, SearchUnavailable (Busy) when
-    nothing was found before the deadline; see the module docstring."""
+    """Search one agent's memory, or with ``scope`` ("shared", or a list of memory names) its own and the
+    memories granted to it. Raises InvalidInput for bad input, SearchUnavailable (Busy) when nothing was
+    found before the deadline; see the module docstring."""
+    if scope not in (None, "own"):
+        return _memory_search_shared(
+            agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
+            explain=explain, scope=scope,
+        )
     with SearchDeadline() as deadline:
         response = _memory_search_routed(
             agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
@@ -222,6 +229,40 @@ def _memory_search_routed(*, deadline: SearchDeadline, **search) -> SearchRespon
         except DatabaseError as exc:
             replica_failed(alias, reason=f"{exc.__class__.__name__} during a search: {str(exc).strip()[:200]}")
     return _memory_search(deadline=deadline, **search)
+
+
+def _memory_search_shared(*, agent: Agent, scope, max_results: int | None, **search) -> SearchResponse:
+    """Each memory of the scope searched as its own (the same scores, 0..1), under one deadline, and the
+    best results of all of them kept. A granted memory's results name their owner."""
+    from agents.selectors import memory_scope_resolve
+
+    memories = memory_scope_resolve(reader=agent, scope=scope)
+    started = time.perf_counter()
+    responses: list[tuple[str | None, SearchResponse]] = []
+    with SearchDeadline() as deadline:
+        for owner, memory in memories:
+            try:
+                response = _memory_search_routed(agent=memory, max_results=max_results, deadline=deadline, **search)
+            except SearchUnavailable:
+                if not any(found.results for _, found in responses):
+                    raise
+                break  # out of time: what the earlier memories found is the answer
+            for result in response.results:
+                result.owner = owner
+            responses.append((owner, response))
+        results = sorted((r for _, found in responses for r in found.results), key=lambda r: -r.score)
+        limit = settings.MEMORYHUB_SEARCH_MAX_RESULTS if max_results is None else max_results
+        own = next((found for owner, found in responses if owner is None), responses[0][1])
+        notes = list(dict.fromkeys(found.message for _, found in responses if found.message))
+        merged = SearchResponse(
+            results=results[:limit],
+            mode=own.mode,
+            pending=sum(found.pending for _, found in responses),
+            took_ms=round((time.perf_counter() - started) * 1000, 2),
+            message=" ".join(notes) if not results else " ".join(n for n in notes if not n.startswith("Nothing matched")),
+        )
+        search_record(agent_id=agent.pk, mode=merged.mode, results=len(merged.results), took_ms=merged.took_ms)
+    return merged
 
 
 def _memory_search(

@@ -55,6 +55,7 @@ class SearchResult:
     source: str
     explain: dict | None = None  # vector/keyword rank and score when explain=True
     attributes: dict = field(default_factory=dict)  # the file's attributes
+    owner: str | None = None  # the owner agent's slug for a result from a granted memory; None for its own
 
 
 @dataclass

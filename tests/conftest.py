@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
-from agents.models import Agent, AgentToken
-from agents.services import agent_create, agent_token_create
+from agents.models import Agent, AgentToken, Team, TeamMembership
+from agents.services import agent_create, agent_token_create, team_create
 from indexing.embeddings import FakeProvider
 from memoryhub.celery import app as celery_app
 from search.services import query_cache_clear
@@ -23,8 +23,8 @@ class Member:
     client: APIClient
 
 
-def _member(slug: str, scopes=None) -> Member:
-    agent = agent_create(slug=slug)
+def _member(slug: str, scopes=None, team=None) -> Member:
+    agent = agent_create(slug=slug, team=team)
     token, raw = agent_token_create(agent=agent, scopes=scopes, label=f"{slug} test token")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -80,6 +80,42 @@ def fake_embeddings(settings):
     yield FakeProvider
     FakeProvider.reset_counts()
     query_cache_clear()
+
+
+@dataclass
+class TeamCast:
+    """Two teams, each with agents and operators: red (agents red-handbook, red-writer; users red-admin,
+    red-viewer) and blue (agent blue-agent; users blue-admin, blue-viewer). Users' password is "pw"."""
+
+    red: Team
+    blue: Team
+    red_handbook: Member
+    red_writer: Member
+    blue_agent: Member
+    users: dict
+
+
+def team_cast_build() -> TeamCast:
+    from django.contrib.auth.models import User
+
+    red, blue = team_create(slug="red"), team_create(slug="blue")
+    users = {}
+    for team in (red, blue):
+        for role in (TeamMembership.Role.ADMIN, TeamMembership.Role.VIEWER):
+            user = User.objects.create_user(f"{team.slug}-{role}", password="pw", is_staff=True)
+            TeamMembership.objects.create(team=team, user=user, role=role)
+            users[user.username] = user
+    return TeamCast(
+        red=red, blue=blue, users=users,
+        red_handbook=_member("red-handbook", team=red),
+        red_writer=_member("red-writer", team=red),
+        blue_agent=_member("blue-agent", team=blue),
+    )
+
+
+@pytest.fixture
+def team_cast(db) -> TeamCast:
+    return team_cast_build()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from django.http import Http404
 from django.template.response import TemplateResponse
 
+from agents.admin_scoping import request_team_scope
 from agents.models import Agent
 from memoryhub.usage.charts import bar_chart
 from memoryhub.usage.selectors import usage_overview
@@ -20,12 +21,14 @@ CHARTS = [
 
 def usage_view(request, *, admin_site):
     agent = None
+    team_ids = request_team_scope(request).team_ids
+    agents = Agent.objects.all() if team_ids is None else Agent.objects.filter(team__in=team_ids)
     raw = request.GET.get("agent", "")
     if raw:
-        agent = Agent.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+        agent = agents.filter(pk=int(raw)).first() if raw.isdigit() else None
         if agent is None:
-            raise Http404("No such agent.")
-    overview = usage_overview(agent=agent)
+            raise Http404("No such agent.")  # another team's agent too: not there for this user
+    overview = usage_overview(agent=agent, team_ids=team_ids)
     charts = [
         {
             "hourly": bar_chart(title=title, labels=overview.hours, values=overview.hourly[name], label_format="%d %b %H:00",

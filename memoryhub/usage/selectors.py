@@ -28,7 +28,10 @@ class UsageOverview:
     busiest: list[dict] = field(default_factory=list)
 
 
-def usage_overview(*, agent: Agent | None = None, now: datetime | None = None) -> UsageOverview:
+def usage_overview(
+    *, agent: Agent | None = None, now: datetime | None = None, team_ids: frozenset[int] | None = None
+) -> UsageOverview:
+    """The charts and tables, of one agent, or of every agent of ``team_ids`` (None: of every team)."""
     now = now or timezone.now()
     current = hour_floor(now)
     hours = [current - timedelta(hours=n) for n in range(HOURS - 1, -1, -1)]
@@ -36,6 +39,8 @@ def usage_overview(*, agent: Agent | None = None, now: datetime | None = None) -
     days = [today - timedelta(days=n) for n in range(DAYS - 1, -1, -1)]
 
     usage = UsageHour.objects.filter(hour__gte=days[0])
+    if team_ids is not None:
+        usage = usage.filter(agent__team__in=team_ids)
     if agent is not None:
         usage = usage.filter(agent=agent)
     # One row per hour of the 30 days (at most 720), summed over agents.
@@ -53,12 +58,17 @@ def usage_overview(*, agent: Agent | None = None, now: datetime | None = None) -
 
     day_ago = now - timedelta(days=1)
     slowest = SearchEvent.objects.filter(created_at__gte=day_ago).select_related("agent").order_by("-took_ms")
+    if team_ids is not None:
+        slowest = slowest.filter(agent__team__in=team_ids)
     if agent is not None:
         slowest = slowest.filter(agent=agent)
     overview.slowest = list(slowest[:10])
     if agent is None:
+        busiest = UsageHour.objects.filter(hour__gte=current - timedelta(hours=23))
+        if team_ids is not None:
+            busiest = busiest.filter(agent__team__in=team_ids)
         overview.busiest = list(
-            UsageHour.objects.filter(hour__gte=current - timedelta(hours=23))
+            busiest
             .values("agent_id", "agent__slug")
             .annotate(searches=Sum("searches"), writes=Sum("writes"), failures=Sum("failures"))
             .order_by("-searches", "-writes")[:10]

@@ -162,7 +162,7 @@ def test_token_pages_need_a_staff_login(client, alice):
 
 
 def _agent_form(agent, **changes) -> dict:
-    form = {"slug": agent.slug, "name": agent.name, "is_active": "on", "webhook_secret": "", "overrides": "{}"}
+    form = {"slug": agent.slug, "team": agent.team_id, "name": agent.name, "is_active": "on", "webhook_secret": "", "overrides": "{}"}
     form.update(changes)
     return form
 

@@ -134,3 +134,18 @@ def test_pull_refuses_a_file_in_the_way(hub, tmp_path):
     outcome = hub("pull", tmp_path / "file.txt")
 
     assert outcome.code == 2 and "not a directory" in outcome.err
+
+
+def test_search_scope_reaches_a_granted_memory_with_its_owner(api, live_server, alice, bob):
+    from agents.services import memory_grant_give
+
+    handbook = ApiClient(url=live_server.url, token=bob.raw_token, retry_delays=())
+    handbook.file_put(path="memory/policies.md", content="Expense reports are due on the fifth.")
+    api.file_put(path="memory/own.md", content="My expense report is late.")
+    assert all("owner" not in r for r in api.search("expense reports")["results"])
+    memory_grant_give(reader=alice.agent, owner=bob.agent)
+
+    shared = api.search("expense reports due", scope="shared")["results"]
+    assert {(r["path"], r.get("owner")) for r in shared} == {("memory/policies.md", "bob"), ("memory/own.md", None)}
+    assert [r["path"] for r in api.search("expense", scope=["bob"])["results"]] == ["memory/policies.md"]
+    assert api.file_get(path="bob:memory/policies.md")["content"] == "Expense reports are due on the fifth."

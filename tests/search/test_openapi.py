@@ -63,7 +63,8 @@ def test_memory_get_documents_from_and_lines_with_their_bounds(schema):
     assert parameters["from"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 100_000_000, "default": 1}
     assert parameters["lines"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}
     answer = schema["components"]["schemas"]["MemoryGet"]
-    assert set(answer["properties"]) == {"path", "from", "lines", "total_lines", "content", "source"}
+    assert set(answer["properties"]) == {"path", "from", "lines", "total_lines", "content", "source", "owner"}
+    assert "owner" not in answer.get("required", [])  # only when read through a grant
 
 
 def test_the_file_list_is_documented_as_a_page(schema):

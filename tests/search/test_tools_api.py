@@ -33,7 +33,7 @@ def test_openai_format_lists_the_tools_as_functions_with_camel_case_argument_nam
     search = tools["memory_search"]["function"]["parameters"]
     assert search["required"] == ["query"]
     assert set(search["properties"]) == {
-        "query", "maxResults", "minScore", "sources", "path_prefix", "modified_since", "modified_until", "filters"
+        "query", "maxResults", "minScore", "sources", "path_prefix", "modified_since", "modified_until", "filters", "scope"
     }
     get = tools["memory_get"]["function"]["parameters"]
     assert get["required"] == ["path"] and set(get["properties"]) == {"path", "from", "lines"}

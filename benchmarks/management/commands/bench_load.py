@@ -159,13 +159,15 @@ class Command(BaseCommand):
     # --- Set-up ------------------------------------------------------------------------------------
 
     def _agents(self, count: int) -> list[str]:
-        from agents.models import Agent
-        from agents.services import agent_create, agent_token_create
+        from agents.models import Agent, Team
+        from agents.services import agent_create, agent_token_create, team_create
 
         tokens = []
         for i in range(count):
             slug = f"bench-load-{i:02}"
-            agent = Agent.objects.filter(slug=slug).first() or agent_create(slug=slug)
+            # A team each, as separate tenants are: the flood counts against its own team's rate, not the victim's.
+            team = Team.objects.filter(slug=slug).first() or team_create(slug=slug)
+            agent = Agent.objects.filter(slug=slug).first() or agent_create(slug=slug, team=team)
             tokens.append(agent_token_create(agent=agent, label="bench_load")[1])
         return tokens
 

@@ -347,8 +347,10 @@ class Command(BaseCommand):
 
     def create_agents(self, count: int) -> list[int]:
         from agents.models import Agent
+        from agents.services import team_default
 
-        agents = Agent.objects.bulk_create([Agent(slug=f"bench-{i:05d}", name=f"bench {i}") for i in range(count)])
+        team = team_default()
+        agents = Agent.objects.bulk_create([Agent(slug=f"bench-{i:05d}", name=f"bench {i}", team=team) for i in range(count)])
         return [agent.id for agent in agents]
 
     def drop_chunk_indexes(self) -> list[tuple[str, str]]:

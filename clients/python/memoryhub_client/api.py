@@ -173,13 +173,16 @@ class ApiClient:
         modified_until: str | float | None = None,
         filters: dict | None = None,
         explain: bool | None = None,
+        scope: str | list[str] | None = None,
     ) -> SearchResponse:
         """``POST search``: a few short snippets, each citing ``path`` and ``start_line``–``end_line``.
         ``filters`` are on the files' attributes: ``{"type": "eq", "key": "project", "value": "falcon"}``,
-        ``{"type": "and", "filters": [...]}`` (docs/api.md, "Attributes")."""
+        ``{"type": "and", "filters": [...]}`` (docs/api.md, "Attributes"). ``scope``: ``"own"`` (default),
+        ``"shared"`` (with the memories granted to this agent) or a list of memory names; a granted
+        memory's results carry ``owner`` (docs/teams.md)."""
         body = _present(
             query=query, max_results=max_results, min_score=min_score, mode=mode, sources=sources, path_prefix=path_prefix,
-            modified_since=modified_since, modified_until=modified_until, filters=filters, explain=explain,
+            modified_since=modified_since, modified_until=modified_until, filters=filters, explain=explain, scope=scope,
         )
         return self.request("POST", "search", body=body)
 

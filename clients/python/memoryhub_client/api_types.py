@@ -115,6 +115,7 @@ class SearchResult(TypedDict):
     source: Source
     attributes: dict[str, Any]
     explain: NotRequired[dict[str, Any]]
+    owner: NotRequired[str]  # the owner agent of a memory granted to this one; absent for its own files
 
 
 class SearchResponse(TypedDict):

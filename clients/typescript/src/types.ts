@@ -120,6 +120,8 @@ export interface SearchRequest {
   modified_since?: string | number;
   modified_until?: string | number;
   explain?: boolean;
+  /** "own" (default), "shared" (with the memories granted to this agent) or a list of memory names. */
+  scope?: "own" | "shared" | string[];
 }
 
 export interface SearchResult {
@@ -131,6 +133,8 @@ export interface SearchResult {
   snippet: string;
   source: Source;
   explain?: Record<string, unknown>;
+  /** The owner agent of a memory granted to this one; absent for its own files. */
+  owner?: string;
 }
 
 export interface SearchResponse {
