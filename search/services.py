@@ -17,12 +17,14 @@ no vector support scores 0.5, so the default min_score of 0.1 never drops it.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import re
 import threading
 import time
 from collections import OrderedDict
 from datetime import date, datetime, timezone as dt_timezone
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
@@ -457,7 +459,7 @@ def _results(
         candidates = _reranked(agent_id=agent_id, query=query, candidates=candidates, deadline=deadline, notes=notes)
     candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
 
-    files: dict[int, MemoryFile] = {}
+    files: dict[int, _ShownFile] = {}
     # The lines snippets show: a file's, keyed (file id, 0), or a changed file's chunk's own, (file id, chunk id).
     file_lines: dict[tuple[int, int], FileLines] = {}
     shown: dict[int, set[int]] = {}
@@ -501,7 +503,7 @@ def _results(
             memory_file = files[spans[c.chunk_id][0]]
             snippet = snippet_build(
                 file_lines=lines, region=(a, b), scores=line_scores(region_lexemes, keyword.idf, keyword.lexemes),
-                shown=shown.setdefault(memory_file.pk, set()), budget=budget, query_lexemes=keyword.lexemes,
+                shown=shown.setdefault(memory_file.id, set()), budget=budget, query_lexemes=keyword.lexemes,
             )
             if snippet is None:
                 continue  # every line of it is already shown by a better hit
@@ -514,7 +516,7 @@ def _results(
                     snippet=snippet.text,
                     source=memory_file.source,
                     explain=c.explain() if explain else None,
-                    attributes=memory_file.attributes,
+                    attributes=None if memory_file.attributes is None else json.loads(memory_file.attributes),
                 )
             )
     return results, best_below
@@ -548,26 +550,48 @@ def _all_shown(span: tuple[int, int, int], shown: dict[int, set[int]]) -> bool:
     return bool(seen) and all(line in seen for line in range(start_line, end_line + 1))
 
 
+class _ShownFile(NamedTuple):
+    """What the results need of a candidate's file (read as plain values: no model objects per search)."""
+
+    id: int
+    path: str
+    source: str
+    attributes: str | None  # jsonb as its text, decoded only for the results shown
+    whole: bool  # small and unchanged since indexing: snippets show its current lines
+
+
+# One statement per batch: the files' metadata, and the content of those read whole. A file read whole
+# must be small: one that is larger shows its chunks' own text (bounded by the chunk size), so a 5 MB
+# file costs a search no more than a small one.
+_SNIPPET_FILES_SQL = (
+    "SELECT id, path, source, attributes::text, w, CASE WHEN w THEN content END "
+    f"FROM (SELECT f.*, (f.size <= %(whole_max)s AND f.indexed_hash = f.content_hash) AS w FROM {FILE} f "
+    "      WHERE f.agent_id = %(agent)s AND f.id = ANY(%(ids)s)) x"
+)
+
+
 def _snippet_regions(*, agent_id: int, group, spans, files, file_lines, shown, budget: int, keyword: KeywordResult) -> list:
     """Per candidate of ``group``, (its ``file_lines`` key, its region) or None when it has nothing to show:
     its file or chunk is gone, or every line of it is shown already (skipped before any work on it).
     Lines longer than the snippet budget are windowed as they are read (FileLines.windowed)."""
     wanted = {spans[c.chunk_id][0] for c in group} - files.keys()
-    whole_max = settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES
-    fetched = MemoryFile.objects.filter(agent_id=agent_id, pk__in=wanted).only(
-        "id", "path", "source", "size", "content_hash", "indexed_hash", "attributes"
-    )
-    for memory_file in fetched:
-        files[memory_file.pk] = memory_file
-    # A file read whole must be small: one that is larger shows its chunks' own text (bounded by the
-    # chunk size), so a 5 MB file costs a search no more than a small one.
-    small = [f.pk for f in files.values() if f.pk in wanted and f.size <= whole_max and f.indexed_hash == f.content_hash]
-    contents = dict(MemoryFile.objects.filter(agent_id=agent_id, pk__in=small).values_list("id", "content")) if small else {}
-    by_chunk = [
-        c.chunk_id for c in group
-        if (f := files.get(spans[c.chunk_id][0])) and (f.indexed_hash != f.content_hash or f.size > whole_max)
-    ]
-    texts = dict(Chunk.objects.filter(agent_id=agent_id, pk__in=by_chunk).values_list("id", "text")) if by_chunk else {}
+    contents: dict[int, str] = {}
+    if wanted:
+        with read_connection.cursor() as cursor:
+            cursor.execute(
+                _SNIPPET_FILES_SQL,
+                {"whole_max": settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES, "agent": agent_id, "ids": sorted(wanted)},
+            )
+            for file_id, path, source, attributes, whole, content in cursor.fetchall():
+                files[file_id] = _ShownFile(file_id, path, source, attributes, whole)
+                if whole:
+                    contents[file_id] = content
+    by_chunk = [c.chunk_id for c in group if (f := files.get(spans[c.chunk_id][0])) and not f.whole]
+    texts: dict[int, str] = {}
+    if by_chunk:
+        with read_connection.cursor() as cursor:
+            cursor.execute(f"SELECT id, text FROM {CHUNK} WHERE agent_id = %s AND id = ANY(%s)", [agent_id, by_chunk])
+            texts = dict(cursor.fetchall())
     regions = []
     for c in group:
         file_id, start_line, end_line = spans[c.chunk_id]
@@ -575,7 +599,7 @@ def _snippet_regions(*, agent_id: int, group, spans, files, file_lines, shown, b
         if memory_file is None:  # deleted since the candidate queries
             regions.append(None)
             continue
-        if memory_file.indexed_hash == memory_file.content_hash and memory_file.size <= whole_max:
+        if memory_file.whole:
             key = (file_id, 0)
             if key not in file_lines:
                 file_lines[key] = FileLines.of_file(content=contents.get(file_id, ""), source=memory_file.source).windowed(
