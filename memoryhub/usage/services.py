@@ -3,7 +3,7 @@
 import logging
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
@@ -22,12 +22,28 @@ _WRITE_TRIGGERS = [IndexJob.Trigger.UPLOAD, IndexJob.Trigger.SYNC, IndexJob.Trig
 _COUNTERS = ["searches", "writes", "chunks_embedded", "cache_hits", "failures"]
 
 
+# One search's row in one statement, committed without waiting for the WAL flush (synchronous_commit off
+# for this transaction only): a usage row lost to a crash in the next fraction of a second costs nothing,
+# while waiting for the disk cost every search ~1-5 ms (docs/benchmarks.md, "Search at scale").
+_SEARCH_EVENT_SQL = (
+    f"WITH durability AS (SELECT set_config('synchronous_commit', 'off', true)) "
+    f"INSERT INTO {SearchEvent._meta.db_table} (agent_id, created_at, mode, results, took_ms) "
+    "SELECT %s, %s, %s, %s, %s FROM durability"
+)
+
+
 def search_record(*, agent_id: int, mode: str, results: int, took_ms: float) -> None:
     """Record one search for the usage page. Errors are logged, never raised: the search has its answer.
-    The savepoint keeps a failed insert from breaking a caller's transaction."""
+    Inside a caller's transaction, a savepoint keeps a failed insert from breaking it (and the caller's
+    commit keeps its own durability)."""
+    results = min(results, 32767)
     try:
-        with transaction.atomic():
-            SearchEvent.objects.create(agent_id=agent_id, mode=mode, results=min(results, 32767), took_ms=took_ms)
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                SearchEvent.objects.create(agent_id=agent_id, mode=mode, results=results, took_ms=took_ms)
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(_SEARCH_EVENT_SQL, [agent_id, timezone.now(), mode, results, took_ms])
     except DatabaseError:
         logger.warning("usage: a search could not be recorded", exc_info=True)
 

@@ -112,3 +112,41 @@ def test_a_search_still_answers_when_its_usage_row_cannot_be_written(alice, monk
     monkeypatch.undo()
     assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200  # the connection is fine
     assert SearchEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_outside_a_transaction_commits_its_usage_row_at_once(transactional_db, alice):
+    # The API runs in autocommit: the row is written in one statement of its own (without waiting for the
+    # WAL flush) and another connection sees it as soon as the search has answered.
+    response = alice.client.post("/api/v1/search", {"query": "kettles", "mode": "keyword"}, format="json")
+    assert response.status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # set for the usage row's own transaction only
+    other = connection.copy()
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                "SELECT agent_id, mode, results, took_ms, created_at FROM usage_searchevent WHERE agent_id = %s",
+                [alice.agent.pk],
+            )
+            rows = cursor.fetchall()
+    finally:
+        other.close()
+    assert len(rows) == 1
+    agent_id, mode, results, took_ms, created_at = rows[0]
+    assert (agent_id, mode, results) == (alice.agent.pk, "keyword", len(response.json()["results"]))
+    assert took_ms == response.json()["took_ms"] and created_at <= timezone.now()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_outside_a_transaction_answers_when_its_usage_row_cannot_be_written(transactional_db, alice):
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE usage_searchevent ADD CONSTRAINT no_rows_now CHECK (false) NOT VALID")
+    try:
+        assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+        assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE usage_searchevent DROP CONSTRAINT no_rows_now")
+    assert not SearchEvent.objects.exists()
