@@ -16,7 +16,6 @@ no vector support scores 0.5, so the default min_score of 0.1 never drops it.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import re
@@ -35,7 +34,7 @@ from indexing.models import Chunk, MemoryFile
 from indexing.tables import CHUNK, FILE
 from memoryhub import metrics
 from memoryhub.domain import InvalidInput
-from memoryhub.replicas import read_connection, replica_failed, replica_reads, search_read_alias
+from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -156,16 +155,23 @@ def recency_factor(path: str, *, today: date, boost: float, half_life_days: floa
 # --- The search ---------------------------------------------------------------------------------
 
 
-# These two run on every search: plain SQL, since building the ORM query costs as much as running it.
+# These run on every search: plain SQL, since building the ORM query costs as much as running it, and
+# one statement when the search reads the primary (no replica): a round trip less per search.
+
+_HAS_VECTORS_SQL = (
+    f"EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %(agent)s AND embedding_identity = %(identity)s "
+    "AND embedding IS NOT NULL)"
+)
+_PENDING_SQL = (
+    f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
+    "WHERE agent_id = %(agent)s AND state = ANY(%(states)s)"
+)
+_PENDING_STATES = [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]
 
 
 def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
     with read_connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %s AND embedding_identity = %s "
-            "AND embedding IS NOT NULL)",
-            [agent.pk, identity.key],
-        )
+        cursor.execute(f"SELECT {_HAS_VECTORS_SQL}", {"agent": agent.pk, "identity": identity.key})
         return cursor.fetchone()[0]
 
 
@@ -174,12 +180,29 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
     their vectors are not — see indexing.services.files_index). Read on the primary even when the search
     reads a replica: a file stored a moment ago is counted, not missed (read-your-writes)."""
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
-            "WHERE agent_id = %s AND state = ANY(%s)",
-            [agent.pk, [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]],
-        )
+        cursor.execute(_PENDING_SQL, {"agent": agent.pk, "states": _PENDING_STATES})
         return cursor.fetchone()
+
+
+def _search_checks(
+    *, agent: Agent, identity: EmbeddingIdentity, want_vectors: bool, deadline: SearchDeadline
+) -> tuple[int, int, bool]:
+    """(pending files, of which keyword search finds already, whether the agent has vectors of ``identity``
+    when ``want_vectors``): _pending_files on the primary and _agent_has_vectors where the search reads."""
+    if current_read_alias() == DEFAULT_DB_ALIAS:
+        with deadline.queries():
+            with read_connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT p.*, {_HAS_VECTORS_SQL if want_vectors else 'false'} FROM ({_PENDING_SQL}) p",
+                    {"agent": agent.pk, "states": _PENDING_STATES, "identity": identity.key},
+                )
+                pending, awaiting_vectors, has_vectors = cursor.fetchone()
+        return pending, awaiting_vectors, has_vectors
+    with deadline.queries(using=DEFAULT_DB_ALIAS):
+        pending, awaiting_vectors = _pending_files(agent=agent)
+    with deadline.queries():
+        has_vectors = want_vectors and _agent_has_vectors(agent=agent, identity=identity)
+    return pending, awaiting_vectors, has_vectors
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -295,10 +318,9 @@ def _memory_search(
     identity = configured_identity()
     embedding: list[list[float]] | None = None  # one vector per window of the query
     try:
-        with deadline.queries(using=DEFAULT_DB_ALIAS):
-            pending, awaiting_vectors = _pending_files(agent=agent)
-        with deadline.queries():
-            has_vectors = used_mode != "keyword" and identity.has_vectors and _agent_has_vectors(agent=agent, identity=identity)
+        pending, awaiting_vectors, has_vectors = _search_checks(
+            agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline
+        )
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
     if used_mode in ("hybrid", "vector"):
@@ -466,13 +488,13 @@ def _results(
     line_lexemes: dict[tuple[tuple[int, int], int], set[str]] = {}  # (file_lines key, line index) → lexemes
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
-    batch = max_results  # the usual case needs no more; skipped hits pull in the next batch
+    batch = max_results  # chunks: the usual case needs no more; skipped hits pull in the next batch
     # Hits whose lines are all shown already are dropped here, before any query: when hundreds of
     # candidates cite the same few lines (a file that is one long line), the search stops reading
     # batches as soon as those lines are shown instead of walking the whole pool.
     fresh = (c for c in candidates if not _all_shown(spans[c.chunk_id], shown))
     while len(results) < max_results:
-        group = list(itertools.islice(fresh, batch))
+        group = _next_group(fresh, chunks=batch)
         if not group:
             break
         try:
@@ -541,6 +563,21 @@ def _reranked(
     if note and notes is not None:
         notes.append(note)
     return reranked
+
+
+def _next_group(fresh, *, chunks: int) -> list[Candidate]:
+    """The next candidates of ``fresh``, up to ``chunks`` distinct chunks. A chunk's second entry
+    (overlaps_deferred) that comes with its first costs no query (same file, same lines), so it does not
+    take the place of another chunk: counting entries instead made a search of one-line chunks read a
+    second batch in 4 searches out of 10. The order is kept, so the results are the same either way."""
+    group: list[Candidate] = []
+    seen: set[int] = set()
+    for candidate in fresh:
+        group.append(candidate)
+        seen.add(candidate.chunk_id)
+        if len(seen) >= chunks:
+            break
+    return group
 
 
 def _all_shown(span: tuple[int, int, int], shown: dict[int, set[int]]) -> bool:
