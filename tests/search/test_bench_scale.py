@@ -34,6 +34,10 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     assert "load (COPY): " in report and "VACUUM (ANALYZE)" in report
     assert "| big (1,500 chunks, hnsw) | 1.000 |" in report  # recall@10 against exact search
     assert "memory_search hybrid" in report
+    # hybrid against the sum of its halves, and the same search over HTTP (a non-200 answer fails the run)
+    overhead = next(line for line in report.splitlines() if line.startswith("| big (1,500 chunks, hnsw) |") and "×" in line)
+    assert overhead.count("×**") == 2 and "ms |" in overhead
+    assert "POST /api/v1/search p50 / p95" in report
     # 1,500 chunks: every word fits, so exact BM25 (plain and tie-aware overlap alike)
     assert "| budget 2,000 (default) | 1.000 | 1.000 |" in report
     assert "dropped database test_memoryhub_bench_scale_smoke" in report

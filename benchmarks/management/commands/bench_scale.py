@@ -10,8 +10,11 @@ the `vector_indexes` and `keyword_stats` tasks' code.
 It reports load and index build times, database size, and for a big, a middle and a small agent:
 vector recall@10 of `search.vector.vector_candidates` against exact search, and p50/p95 latency of the
 vector half, the keyword half and — when `search.services.memory_search` exists — each search mode end
-to end. Query embeddings are precomputed (the embedding call is excluded). The database is dropped at
-the end unless ``--keep``.
+to end, then hybrid memory_search against the sum of its halves (timed alone with the benchmark's 10 /
+50 candidates, and with the candidate pool memory_search asks each of them for) and the same search
+through POST /api/v1/search (Django's test client: the request stack without a socket). Query
+embeddings are precomputed (the embedding call is excluded). The database is dropped at the end unless
+``--keep``.
 
     python manage.py bench_scale                               # the figures of docs/benchmarks.md: 1M chunks, 1,000 agents
     python manage.py bench_scale --chunks 20000 --agents 20 --big 8000 --min-chunks 2000   # seconds
@@ -214,10 +217,17 @@ class Command(BaseCommand):
             keyword_ms = self.timed(lambda t: self.keyword_half(agent_id, t), texts)
             row = {"agent": f"{label} ({size:,} chunks, {plan})", "recall": recall, "vector": vector_ms, "keyword": keyword_ms}
             if self.searcher is not None:
+                pairs = list(zip(texts, queries))
                 for mode in ("hybrid", "vector", "keyword"):
-                    row[f"e2e_{mode}"] = self.timed(lambda pair: self.searcher(agent_id, pair, mode), list(zip(texts, queries)))
+                    row[f"e2e_{mode}"] = self.timed(lambda pair: self.searcher(agent_id, pair, mode), pairs)
+                # The halves as memory_search runs them (its candidate pool), and the same search over HTTP.
+                row["vector_pool"] = self.timed(lambda q: self.vector_half(agent_id, q, limit=self.pool), queries)
+                row["keyword_pool"] = self.timed(lambda t: self.keyword_half(agent_id, t, limit=self.pool), texts)
+                row["http"] = self.timed(self.http_searcher(agent_id), pairs)
             rows.append(row)
         self.report(rows)
+        if self.searcher is not None:
+            self.report_overhead(rows)
 
         # Filtered vector searches of the big agent: a selective filter (searched exactly) and a broad one
         # (HNSW with the filter; without iterative scans, with a proportionally larger ef_search).
@@ -449,15 +459,20 @@ class Command(BaseCommand):
 
     # --- measurements ------------------------------------------------------------------------------
 
-    def vector_half(self, agent_id: int, query: list[float], filters=None):
+    @property
+    def pool(self) -> int:
+        """The candidates memory_search asks each half for (with the default max_results)."""
+        return max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * settings.MEMORYHUB_SEARCH_MAX_RESULTS)
+
+    def vector_half(self, agent_id: int, query: list[float], filters=None, limit: int = 10):
         from search.vector import vector_candidates
 
         return vector_candidates(
             agent_id=agent_id, query_embedding=query, identity=self.identity_key, dimensions=self.options["dims"],
-            filters=filters or self.no_filters(), limit=10,
+            filters=filters or self.no_filters(), limit=limit,
         )
 
-    def keyword_half(self, agent_id: int, text: str):
+    def keyword_half(self, agent_id: int, text: str, limit: int = 50):
         """search-core's keyword half when present; else its query shape: OR of the words, ranked."""
         try:
             from search.keyword import keyword_candidates
@@ -467,9 +482,9 @@ class Command(BaseCommand):
             from agents.models import Agent
 
             try:
-                return keyword_candidates(agent_id=agent_id, query=text, filters=self.no_filters(), limit=50)
+                return keyword_candidates(agent_id=agent_id, query=text, filters=self.no_filters(), limit=limit)
             except TypeError:
-                return keyword_candidates(agent=Agent(id=agent_id), query=text, filters=self.no_filters(), limit=50)
+                return keyword_candidates(agent=Agent(id=agent_id), query=text, filters=self.no_filters(), limit=limit)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT c.id, ts_rank_cd(c.search_vector, q) AS rank FROM indexing_chunk c, "
@@ -488,16 +503,49 @@ class Command(BaseCommand):
         from agents.models import Agent
         from indexing.embeddings import FakeProvider
 
-        vectors: dict[str, list[float]] = {}
+        vectors = self.query_vectors_by_text = {}
+        agents: dict[int, Agent] = {}
 
         def embed_query(provider, text):
             return vectors[text]
 
+        self.embed_query = embed_query
+
         def search(agent_id, pair, mode):
             text, vector = pair
             vectors[text] = vector
+            if agent_id not in agents:  # as a request has it, from its token: not part of the search
+                agents[agent_id] = Agent.objects.get(id=agent_id)
             with mock.patch.object(FakeProvider, "embed_query", embed_query):
-                return memory_search(agent=Agent.objects.get(id=agent_id), query=text, mode=mode)
+                return memory_search(agent=agents[agent_id], query=text, mode=mode)
+
+        return search
+
+    def http_searcher(self, agent_id: int):
+        """POST /api/v1/search (hybrid) through Django's whole request stack (the test client: no socket),
+        with a read token of the agent's: the same search as memory_search plus authentication, rate
+        limits, (de)serialisation and the middleware."""
+        from unittest import mock
+
+        from django.test import Client
+
+        from agents.models import Agent
+        from agents.services import agent_token_create
+        from indexing.embeddings import FakeProvider
+
+        if "testserver" not in settings.ALLOWED_HOSTS and "*" not in settings.ALLOWED_HOSTS:
+            settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+        _, raw = agent_token_create(agent=Agent.objects.get(id=agent_id), scopes=["read"], label="bench_scale")
+        client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+        def search(pair):
+            text, vector = pair
+            self.query_vectors_by_text[text] = vector
+            with mock.patch.object(FakeProvider, "embed_query", self.embed_query):
+                response = client.post("/api/v1/search", data={"query": text, "mode": "hybrid"}, content_type="application/json")
+            if response.status_code != 200:
+                raise CommandError(f"POST /api/v1/search answered {response.status_code}: {response.content[:300]!r}")
+            return response
 
         return search
 
@@ -553,6 +601,23 @@ class Command(BaseCommand):
             if self.searcher:
                 cells += [self.p(row[f"e2e_{mode}"]) for mode in ("hybrid", "vector", "keyword")]
             self.out("| " + " | ".join(cells) + " |")
+
+    def report_overhead(self, rows) -> None:
+        """Hybrid memory_search against the sum of its halves (p50s of the same run), and HTTP on top."""
+        p50 = statistics.median
+        self.out("")
+        self.out(f"| agent | hybrid p50 | vector + keyword half p50 (10 / 50 candidates) | hybrid ÷ halves | halves at the "
+                 f"search's pool ({self.pool} / {self.pool}) | hybrid ÷ those | POST /api/v1/search p50 / p95 | HTTP overhead p50 |")
+        self.out("|---|---|---|---|---|---|---|---|")
+        for row in rows:
+            hybrid = p50(row["e2e_hybrid"])
+            halves = p50(row["vector"]) + p50(row["keyword"])
+            pool = p50(row["vector_pool"]) + p50(row["keyword_pool"])
+            self.out(
+                f"| {row['agent']} | {hybrid:.1f} ms | {p50(row['vector']):.1f} + {p50(row['keyword']):.1f} = {halves:.1f} ms "
+                f"| **{hybrid / halves:.2f}×** | {p50(row['vector_pool']):.1f} + {p50(row['keyword_pool']):.1f} = {pool:.1f} ms "
+                f"| **{hybrid / pool:.2f}×** | {self.p(row['http'])} | {p50(row['http']) - hybrid:+.1f} ms |"
+            )
 
     @staticmethod
     def p(timings: list[float]) -> str:
