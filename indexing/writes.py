@@ -23,7 +23,7 @@ from indexing.locks import agent_lock, files_lock, lock_conflict_retry
 from indexing.models import Chunk, IndexJob, MemoryFile
 from indexing.paths import path_normalize, prefix_normalize, source_resolve
 from indexing.recovery import job_enqueue_on_commit
-from memoryhub.domain import DomainError, InvalidInput, NotFound, PreconditionFailed, TooLarge, UnsupportedContent
+from memoryhub.domain import DomainError, Forbidden, InvalidInput, NotFound, PreconditionFailed, TooLarge, UnsupportedContent
 
 State = MemoryFile.State
 JobState = IndexJob.State
@@ -121,6 +121,25 @@ def _team_quota_check(*, agent: Agent, files_delta: int, bytes_delta: int) -> No
         )
 
 
+def _granted_prefix_check(*, agent: Agent, paths: list[str]) -> None:
+    """Refuse a write to ``owner:path`` where ``owner`` names a memory granted to this agent: that name
+    reads the granted memory (memory_get, GET files/), which is never writable through a grant, and a file
+    of the writer's own by that name could never be read back. Other paths with a colon are the writer's."""
+    prefixes = {path.partition(":")[0] for path in paths if ":" in path.split("/", 1)[0]}
+    if not prefixes:
+        return
+    from agents.selectors import memory_grants_readable
+
+    granted = prefixes & set(memory_grants_readable(reader=agent))
+    if granted:
+        owner = sorted(granted)[0]
+        raise Forbidden(
+            f"'{owner}:' names a memory granted to this agent, which it may read but never write; "
+            "write to paths of its own memory.",
+            code="read_only_memory",
+        )
+
+
 def _expected_hash_check(*, path: str, memory_file: MemoryFile | None, expected_hash: str | None) -> None:
     """A conditional write: the caller read the file at ``expected_hash`` (``""``: it expects no file).
     Called with the file row locked, so two writers that read the same hash cannot both pass."""
@@ -166,6 +185,7 @@ def file_ingest(
     The returned file has ``was_created`` set (True when the path was new to this agent).
     """
     path = path_normalize(path)
+    _granted_prefix_check(agent=agent, paths=[path])
     source = source_resolve(path=path, source=source)
     if (content is None) == (append is None):
         raise ValueError("file_ingest needs exactly one of content and append")
@@ -357,6 +377,7 @@ def workspace_sync(
     """
     prefix = prefix_normalize(prefix)
     prepared = _sync_prepare(entries)
+    _granted_prefix_check(agent=agent, paths=[item.path for item in prepared])
     now = timezone.now()
     outcome = SyncOutcome(job=None)
     with transaction.atomic():
@@ -453,6 +474,7 @@ def file_delete(*, agent: Agent, path: str, expected_hash: str | None = None) ->
     """Delete one file and its chunks now; the returned (finished) job records what was removed.
     ``expected_hash``: delete only the version the caller read (else 412 ``hash_mismatch``)."""
     path = path_normalize(path)
+    _granted_prefix_check(agent=agent, paths=[path])
     now = timezone.now()
     with transaction.atomic():
         agent_lock(agent)

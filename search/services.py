@@ -278,7 +278,11 @@ def _memory_search_shared(*, agent: Agent, scope, max_results: int | None, **sea
         results = sorted((r for _, found in responses for r in found.results), key=lambda r: -r.score)
         limit = settings.MEMORYHUB_SEARCH_MAX_RESULTS if max_results is None else max_results
         own = next((found for owner, found in responses if owner is None), responses[0][1])
-        notes = list(dict.fromkeys(found.message for _, found in responses if found.message))
+        # Each memory's message, sentence by sentence, each sentence once ("Vector search is off" is said
+        # by every memory searched); "Nothing matched." only when nothing did.
+        notes = list(dict.fromkeys(
+            sentence for _, found in responses for sentence in re.split(r"(?<=[.!?])\s+", found.message or "") if sentence
+        ))
         merged = SearchResponse(
             results=results[:limit],
             mode=own.mode,

@@ -167,11 +167,11 @@ def test_a_malformed_answer_is_retried_then_transient(server, raw):
 
 
 def test_a_query_gets_one_short_attempt(server):
-    server.script = [(200, {"sleep": 1.5})]
+    server.script = [(200, {"sleep": 3.0})]
     started = time.monotonic()
     with pytest.raises(ProviderTransientError, match="timed out"):
         provider_for(server, query_timeout=0.3).embed_query("hello")
-    assert time.monotonic() - started < 1.2
+    assert time.monotonic() - started < 2.0  # the 0.3 s attempt, with room for a loaded machine; not the 3 s answer
     assert len(server.requests) == 1
 
 

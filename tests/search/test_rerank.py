@@ -36,7 +36,7 @@ class RerankServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append({"body": body, "auth": self.headers.get("Authorization")})
                 if server.behaviour == "hang":
-                    time.sleep(2)
+                    time.sleep(4)
                 if server.behaviour == "500":
                     return self._send(500, {"message": "internal error"})
                 if server.behaviour == "malformed":
@@ -143,7 +143,7 @@ def test_a_failing_reranker_leaves_the_unreranked_order_and_says_so(indexed, set
         server.behaviour = behaviour
         started = time.monotonic()
         response = memory_search(agent=indexed.agent, query=QUERY, explain=True)
-        assert time.monotonic() - started < 1.8  # its own timeout, not the search's 6 s deadline
+        assert time.monotonic() - started < 3  # its own 0.5 s timeout (with room for a loaded machine), not the 4 s hang
         assert paths(response) == unreranked and paths(response)[0] != favourite
         assert "Reranking failed" in response.message and said in response.message
         assert "unreranked order" in response.message

@@ -111,6 +111,30 @@ def test_a_grant_is_never_a_way_to_write(handbook):
     assert policies.content == POLICIES
 
 
+def test_a_write_to_a_granted_memorys_name_is_refused_not_stored_under_that_name(handbook):
+    """Writing ``owner:path`` while ``owner`` is granted answers 403 read_only_memory, and the writer gets no
+    file of its own by that name (memory_get of that name reads the granted memory, so it could never be
+    read back). Without the grant a colon is an ordinary character of the writer's own path."""
+    memory_grant_give(reader=handbook.red_writer.agent, owner=handbook.red_handbook.agent)
+    writer, path = handbook.red_writer, "red-handbook:memory/policies.md"
+    answers = [
+        writer.client.put(f"/api/v1/files/{path}", "Overwritten.", content_type="text/plain"),
+        writer.client.post(f"/api/v1/files/{path}/append", {"text": "more"}, format="json"),
+        writer.client.delete(f"/api/v1/files/{path}"),
+        writer.client.post("/api/v1/sync", {"files": [{"path": path, "content": "x"}]}, format="json"),
+    ]
+    status, output = tool(writer, "memory_write", {"path": path, "content": "Overwritten."})
+    for response in answers:
+        assert response.status_code == 403, response.content
+        assert response.json()["error"]["code"] == "read_only_memory"
+    assert status == 403, output
+    assert not MemoryFile.objects.filter(agent=writer.agent, path__startswith="red-handbook:").exists()
+    assert MemoryFile.objects.get(agent=handbook.red_handbook.agent, path="memory/policies.md").content == POLICIES
+
+    other = handbook.blue_agent  # no grant: the same name is a path of its own
+    assert other.client.put(f"/api/v1/files/{path}", "Mine.", content_type="text/plain").status_code == 201
+
+
 def test_a_cross_team_grant_works_only_once_both_teams_approved(handbook, search):
     blue = handbook.blue_agent
     grant = memory_grant_give(
@@ -146,3 +170,17 @@ def test_an_own_search_costs_the_same_queries_with_or_without_grants(handbook, s
         search(handbook.red_writer, "expense reports due")
     assert len(after.captured_queries) == len(before.captured_queries)
     assert not any("memorygrant" in query["sql"] for query in after.captured_queries)
+
+
+def test_a_shared_search_says_each_thing_once(handbook, search):
+    """Every memory searched has its own message; the answer says each sentence once."""
+    from indexing.writes import file_ingest
+
+    memory_grant_give(reader=handbook.red_writer.agent, owner=handbook.red_handbook.agent)
+    # A file still waiting to be indexed in the granted memory: its message has a sentence more than the own one.
+    file_ingest(agent=handbook.red_handbook.agent, path="memory/later.md", content="Not indexed yet.\n")
+    status, body = search(handbook.red_writer, "xylophone quagmire", scope="shared", mode="keyword")
+    assert status == 200 and body["results"] == []
+    assert body["message"].count("Nothing matched.") == 1, body["message"]
+    sentences = [s for s in body["message"].split(". ") if s]
+    assert len(sentences) == len(set(sentences)), body["message"]
