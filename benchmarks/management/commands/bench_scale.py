@@ -13,11 +13,14 @@ vector half, the keyword half and — when `search.services.memory_search` exist
 to end, then hybrid memory_search against the sum of its halves (timed alone with the benchmark's 10 /
 50 candidates, and with the candidate pool memory_search asks each of them for) and the same search
 through POST /api/v1/search (Django's test client: the request stack without a socket). Query
-embeddings are precomputed (the embedding call is excluded). The database is dropped at the end unless
-``--keep``.
+embeddings are precomputed (the embedding call is excluded). ``--catalog N`` then gives N more agents a
+GIN and an HNSW partial index each and measures the big agent again (hybrid search, planning, a new
+connection's first statement, a COPY of 7,000 rows): what one table with thousands of partial indexes
+costs. The database is dropped at the end unless ``--keep``.
 
     python manage.py bench_scale                               # the figures of docs/benchmarks.md: 1M chunks, 1,000 agents
     python manage.py bench_scale --chunks 20000 --agents 20 --big 8000 --min-chunks 2000   # seconds
+    python manage.py bench_scale --chunks 100000 --agents 20 --big 50000 --catalog 1000     # the catalog's cost
 """
 
 import gc
@@ -93,6 +96,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--keyword-budgets", default="1000,1500,2000,3000",
             help="SCORE_BUDGET values whose top 10 is compared with exact BM25 for the big agent (comma-separated).",
+        )
+        parser.add_argument(
+            "--catalog", type=int, default=0,
+            help="Catalog mode: after the other figures, give this many more agents a GIN and an HNSW partial index "
+            "of their own (as keyword_stats and vector_indexes do for large agents) and measure the big agent again "
+            "(0 = off).",
         )
         parser.add_argument("--seed", type=int, default=20261123)
 
@@ -262,6 +271,92 @@ class Command(BaseCommand):
             self.out(f"| {label} | {plan.kind}, ef_search {plan.ef_search or '-'} | {recall:.3f} | {self.p(timings)} |")
 
         self.keyword_budgets(agent_id, self.query_texts(rng, opts["queries"]))
+        if opts["catalog"]:
+            self.catalog(rng, agent_ids[0], centers[0], opts["catalog"])
+
+    # --- catalog mode ------------------------------------------------------------------------------
+
+    def catalog(self, rng, big_id: int, big_centers, extra: int) -> None:
+        """The big agent's hybrid search, the planning of one of its statements, the first statement on a
+        new connection and a COPY of 7,000 chunk rows, measured with the indexes the run built, then again
+        after ``extra`` more agents got a GIN and an HNSW partial index each (the same DDL as
+        search/keyword_stats.py and search/vector_index.py; the agents hold no rows, which changes nothing
+        for planning, locking or a COPY: every partial index's predicate is checked on every row)."""
+        from agents.models import Agent
+        from search.keyword_stats import agent_keyword_index_name
+        from search.vector_index import agent_vector_index_name
+
+        opts, dims = self.options, self.options["dims"]
+        pairs = list(zip(self.query_texts(rng, opts["queries"]), self.query_vectors(rng, big_centers, opts["queries"])))
+
+        def measure() -> dict:
+            figures = {"hybrid": self.timed(lambda pair: self.searcher(big_id, pair, "hybrid"), pairs) if self.searcher else []}
+            plans = []
+            with connection.cursor() as cursor:
+                for text, _ in pairs[:20]:
+                    cursor.execute(
+                        "EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM indexing_chunk "
+                        "WHERE agent_id = %s AND search_vector @@ plainto_tsquery('simple', %s) LIMIT 10",
+                        [big_id, text],
+                    )
+                    plans.append(cursor.fetchone()[0][0]["Planning Time"])
+            figures["planning"] = plans
+            firsts = []
+            for _ in range(5):
+                connection.close()
+                connection.ensure_connection()
+                started = time.perf_counter()
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT id FROM indexing_chunk WHERE agent_id = %s LIMIT 1", [big_id])
+                    cursor.fetchall()
+                firsts.append((time.perf_counter() - started) * 1000)
+            figures["first"] = firsts
+            agent = Agent.objects.create(slug=f"bench-copy-{time.monotonic_ns()}", name="copy", team_id=Agent.objects.get(pk=big_id).team_id)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT coalesce(max(id), 0) FROM indexing_memoryfile")
+                (file_id_start,) = cursor.fetchone()
+            started = time.perf_counter()
+            self.load(rng, [agent.pk], [7000], file_id_start=file_id_start)
+            figures["copy_s"] = time.perf_counter() - started
+            agent.delete()
+            return figures
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'indexing_chunk'")
+            (before_count,) = cursor.fetchone()
+        before = measure()
+        team_id = Agent.objects.get(pk=big_id).team_id
+        ids = [a.pk for a in Agent.objects.bulk_create(
+            [Agent(slug=f"bench-catalog-{i:05d}", name=f"catalog {i}", team_id=team_id) for i in range(extra)]
+        )]
+        started = time.monotonic()
+        with connection.cursor() as cursor:
+            for agent_id in ids:
+                cursor.execute(
+                    f'CREATE INDEX "{agent_keyword_index_name(agent_id)}" ON indexing_chunk '
+                    f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
+                )
+                cursor.execute(
+                    f'CREATE INDEX "{agent_vector_index_name(agent_id=agent_id, dimensions=dims)}" ON indexing_chunk '
+                    f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
+                    f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dims)}"
+                )
+        build_seconds = time.monotonic() - started
+        after = measure()
+        self.out("")
+        self.out(f"catalog: {2 * extra:,} more partial indexes ({extra:,} agents x GIN + HNSW) built in {build_seconds:.1f} s "
+                 f"({build_seconds / (2 * extra) * 1000:.0f} ms each: each reads the whole chunk table)")
+        self.out(f"| big agent | {before_count} indexes on the chunk table | {before_count + 2 * extra:,} indexes | ratio |")
+        self.out("|---|---|---|---|")
+        for label, key in (("hybrid memory_search", "hybrid"), ("planning of one keyword statement", "planning"),
+                           ("first statement on a new connection", "first")):
+            if not before[key]:
+                continue
+            b50, a50 = percentile(before[key], 0.5), percentile(after[key], 0.5)
+            b95, a95 = percentile(before[key], 0.95), percentile(after[key], 0.95)
+            self.out(f"| {label}, p50 / p95 | {b50:.2f} / {b95:.2f} ms | {a50:.2f} / {a95:.2f} ms | {a50 / b50:.2f} / {a95 / b95:.2f} |")
+        self.out(f"| COPY of 7,000 chunk rows (one new agent) | {before['copy_s']:.2f} s | {after['copy_s']:.2f} s | "
+                 f"{after['copy_s'] / before['copy_s']:.2f} |")
 
     def keyword_budgets(self, agent_id: int, texts: list[str]) -> None:
         """How much of an exact BM25 top 10 the keyword half keeps for a large agent, per row budget
@@ -374,7 +469,7 @@ class Command(BaseCommand):
                 cursor.execute(f'DROP INDEX "{name}"')
         return indexes
 
-    def load(self, rng, agent_ids: list[int], sizes: list[int]):
+    def load(self, rng, agent_ids: list[int], sizes: list[int], *, file_id_start: int = 0):
         """COPY files and chunks agent by agent; returns each agent's cluster centres (for queries)."""
         import numpy as np
         from pgvector.psycopg import register_vector
@@ -384,7 +479,7 @@ class Command(BaseCommand):
         raw = connection.connection
         register_vector(raw)
         centers_by_agent = []
-        file_id = 0
+        file_id = file_id_start
         loaded = 0
         next_report = 100_000
         with raw.cursor() as cursor:
