@@ -77,6 +77,14 @@ def assert_found_with_a_cited_snippet(result: dict) -> None:
     assert result["snippet"].strip() == "\n".join(cited).strip(), (result, cited)
 
 
+def indexed_and_settled(memory_file: MemoryFile, job_id: int) -> bool:
+    """The file indexed and its job settled: the job is settled a moment after its last file."""
+    return (
+        MemoryFile.objects.get(pk=memory_file.pk).state == "indexed"
+        and IndexJob.objects.get(pk=job_id).state in ("done", "failed")
+    )
+
+
 def chunks_written_while_hanging(server: FlakyEmbeddings, memory_file: MemoryFile) -> bool:
     return server.hanging == 1 and Chunk.objects.filter(file=memory_file).exists()
 
@@ -125,7 +133,7 @@ def test_a_file_is_keyword_searchable_while_the_provider_hangs_then_gets_its_vec
 
         provider.release()
         wait_for(
-            lambda: MemoryFile.objects.get(pk=memory_file.pk).state == "indexed", timeout=60,
+            lambda: indexed_and_settled(memory_file, body["job"]), timeout=60,
             what=f"the file indexed once the provider answers; worker log:\n{worker.output()}",
         )
         # The same rows, their vectors filled in.
@@ -176,7 +184,7 @@ def test_a_worker_killed_between_the_two_steps_loses_nothing(alice, provider, tm
         requests_before = provider.requests
         second = start_worker(tmp_path, env, name="second")
         wait_for(
-            lambda: MemoryFile.objects.get(pk=memory_file.pk).state == "indexed", timeout=60,
+            lambda: indexed_and_settled(memory_file, body["job"]), timeout=60,
             what=f"recovery to finish the vectors; second worker log:\n{second.output()}",
         )
         # The rows step 1 wrote were kept and filled in, not written again; nothing is missing.
