@@ -42,3 +42,22 @@ def frozen_clock(monkeypatch):
     monkeypatch.setattr(ratelimit, "time", clock)
     monkeypatch.setattr(throttles, "time", clock)
     return clock
+
+
+@pytest.fixture
+def queue(settings):
+    """A queue of the test's own for real workers (tests/reliability/processes.py), with index jobs
+    published to it from this process instead of run eagerly."""
+    from indexing.tasks import index_job_task
+    from memoryhub.celery import app
+    from tests.reliability.processes import unique_queue
+
+    queue = unique_queue()
+    task = index_job_task._get_current_object()
+    task.queue, task._exec_options = queue, None  # this process publishes to the workers' queue
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    yield queue
+    app.conf.task_always_eager = eager
+    task.__dict__.pop("queue", None)
+    task._exec_options = None

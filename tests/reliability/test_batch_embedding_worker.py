@@ -8,24 +8,8 @@ import json
 import pytest
 
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
-from indexing.tasks import index_job_task
 from tests.indexing.batch_embedding_servers import API_KEY, BatchEmbeddingServer
-from tests.reliability.processes import service_env, start_worker, unique_queue, wait_for
-
-
-@pytest.fixture
-def queue(settings):
-    queue = unique_queue()
-    task = index_job_task._get_current_object()
-    task.queue, task._exec_options = queue, None  # this process publishes to the workers' queue
-    from memoryhub.celery import app
-
-    eager = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    yield queue
-    app.conf.task_always_eager = eager
-    task.__dict__.pop("queue", None)
-    task._exec_options = None
+from tests.reliability.processes import service_env, start_worker, wait_for
 
 
 @pytest.fixture

@@ -6,25 +6,9 @@ later; it finds nothing left to do (tests/reliability/test_redelivery.py)."""
 import pytest
 
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.tasks import index_job_task
-from tests.reliability.processes import service_env, start_worker, unique_queue, wait_for
+from tests.reliability.processes import service_env, start_worker, wait_for
 
 LEASE = 6  # seconds; the default is 60
-
-
-@pytest.fixture
-def queue(settings):
-    queue = unique_queue()
-    task = index_job_task._get_current_object()
-    task.queue, task._exec_options = queue, None  # this process publishes to the workers' queue
-    from memoryhub.celery import app
-
-    eager = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    yield queue
-    app.conf.task_always_eager = eager
-    task.__dict__.pop("queue", None)
-    task._exec_options = None
 
 
 @pytest.mark.worker
