@@ -26,6 +26,8 @@ def test_bench_load_mixed_and_noisy_runs_report_latencies_and_no_server_errors(t
         noisy = json.loads(out.getvalue())
         assert noisy["quiet"]["victim_search"]["requests"] > 0
         assert noisy["noisy"]["victim_search"]["server_errors"] == 0
+        for phase in ("quiet", "noisy"):  # the victim's own token: every search answered
+            assert set(noisy[phase]["victim_search"]["statuses"]) == {"200"}, noisy
         assert noisy["victim_p95_ratio"] > 0
 
         out = io.StringIO()

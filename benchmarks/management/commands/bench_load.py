@@ -200,10 +200,10 @@ class Command(BaseCommand):
             thread.join(duration + timeout + 5)
         return kinds
 
-    def _run_beside_flood(self, url: str, victim_pick, flood_picks: list, duration: float, timeout: float) -> dict[str, Kind]:
-        """The victim in this process, the flood's threads in a forked one: the victim's latencies are the
-        server's, not the wait for this interpreter's lock among the flood's threads (all in one process,
-        the victim's p95 measured its own client as much as the server)."""
+    def _run_beside_flood(self, url: str, victim, flood_picks: list, duration: float, timeout: float) -> dict[str, Kind]:
+        """``victim()`` (its measurements by kind) in this process, the flood's threads in a forked one: the
+        victim's latencies are the server's, not the wait for this interpreter's lock among the flood's
+        threads (all in one process, the victim's p95 measured its own client as much as the server)."""
         receive, send = multiprocessing.Pipe(duplex=False)
 
         def flood():
@@ -211,7 +211,7 @@ class Command(BaseCommand):
 
         flooder = multiprocessing.get_context("fork").Process(target=flood, daemon=True)
         flooder.start()
-        kinds = self._run(url, [victim_pick], duration, timeout)
+        kinds = victim()
         if receive.poll(duration + timeout + 10):
             kinds.update(receive.recv())
         flooder.join(5)
@@ -226,7 +226,8 @@ class Command(BaseCommand):
         victim, noisy = tokens
         pause, duration = 1.0 / options["victim_rate"], options["duration"]
 
-        def victim_loop(kinds: dict[str, Kind]) -> None:
+        def victim_loop() -> dict[str, Kind]:
+            kinds: dict[str, Kind] = {}
             client, stop_at, n = Client(url, options["timeout"]), time.monotonic() + duration, 0
             while time.monotonic() < stop_at:
                 n += 1
@@ -243,10 +244,10 @@ class Command(BaseCommand):
                 elapsed = time.perf_counter() - started
                 kinds.setdefault("victim_indexed", Kind()).add(elapsed, status if state == "done" else 0)
                 time.sleep(max(0.0, pause - elapsed))
+            return kinds
 
         settled_in = _queue_settled(options["timeout"] * 10)
-        quiet: dict[str, Kind] = {}
-        victim_loop(quiet)
+        quiet = victim_loop()
         flooders = max(1, options["clients"] - 1)
         flood_pause = flooders / options["flood_rate"] if options["flood_rate"] > 0 else 0
 
@@ -255,16 +256,7 @@ class Command(BaseCommand):
             body = _note(i, random.random()).encode()
             return ("noisy_upload", "PUT", f"/api/v1/files/flood/f{i:04}.md", noisy, body, "text/markdown", flood_pause)
 
-        receive, send = multiprocessing.Pipe(duplex=False)
-        flooder = multiprocessing.get_context("fork").Process(
-            target=lambda: send.send(self._run(url, [noisy_pick] * flooders, duration, options["timeout"])), daemon=True
-        )
-        flooder.start()
-        loud: dict[str, Kind] = {}
-        victim_loop(loud)
-        if receive.poll(duration + options["timeout"] + 10):
-            loud.update(receive.recv())
-        flooder.join(5)
+        loud = self._run_beside_flood(url, victim_loop, [noisy_pick] * flooders, duration, options["timeout"])
         quiet_summary, loud_summary = quiet["victim_indexed"].summary(), loud["victim_indexed"].summary()
         return {
             "queue_settled_before_s": settled_in,
@@ -298,7 +290,10 @@ class Command(BaseCommand):
         def victim_pick():
             return ("victim_search", "POST", "/api/v1/search", victim, _question(), "application/json", pause)
 
-        quiet = self._run(url, [victim_pick], options["duration"], options["timeout"])
+        def victim_searches() -> dict[str, Kind]:
+            return self._run(url, [victim_pick], options["duration"], options["timeout"])
+
+        quiet = victim_searches()
         if not options["no_big_file"]:
             big = ("x" * 90 + " budget deploy kettle ") * (5_000_000 // 112)
             Client(url, options["timeout"]).send("PUT", "/api/v1/files/notes/one-line.md", noisy, big.encode(), "text/markdown")
@@ -313,7 +308,7 @@ class Command(BaseCommand):
             body = _note(i, random.random()).encode()
             return ("noisy_upload", "PUT", f"/api/v1/files/flood/f{i:03}.md", noisy, body, "text/markdown", flood_pause)
 
-        loud = self._run_beside_flood(url, victim_pick, [noisy_pick] * flooders, options["duration"], options["timeout"])
+        loud = self._run_beside_flood(url, victim_searches, [noisy_pick] * flooders, options["duration"], options["timeout"])
         quiet_summary, loud_summary = quiet["victim_search"].summary(), loud["victim_search"].summary()
         return {
             "quiet": {"victim_search": quiet_summary},
