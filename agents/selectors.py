@@ -79,11 +79,18 @@ def memory_scope_resolve(*, reader: Agent, scope) -> list[tuple[str | None, Agen
     return memories
 
 
+def memory_prefix(path: str) -> tuple[str, str] | None:
+    """(owner, rest) of a path written ``owner:rest`` (a colon before any slash), else None."""
+    prefix, colon, rest = path.partition(":")
+    return (prefix, rest) if colon and prefix and "/" not in prefix else None
+
+
 def memory_path_resolve(*, reader: Agent, path: str) -> tuple[str | None, Agent, str]:
     """memory_get's path: ``owner:path`` reads a granted memory, anything else the reader's own.
     Returns (owner slug or None, agent, path within that agent's memory)."""
-    prefix, colon, rest = path.partition(":")
-    if colon and prefix and "/" not in prefix:
+    named = memory_prefix(path)
+    if named:
+        prefix, rest = named
         if prefix == reader.slug:
             return None, reader, rest
         owner = memory_grants_readable(reader=reader).get(prefix)

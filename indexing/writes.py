@@ -125,10 +125,11 @@ def _granted_prefix_check(*, agent: Agent, paths: list[str]) -> None:
     """Refuse a write to ``owner:path`` where ``owner`` names a memory granted to this agent: that name
     reads the granted memory (memory_get, GET files/), which is never writable through a grant, and a file
     of the writer's own by that name could never be read back. Other paths with a colon are the writer's."""
-    prefixes = {path.partition(":")[0] for path in paths if ":" in path.split("/", 1)[0]}
+    from agents.selectors import memory_grants_readable, memory_prefix
+
+    prefixes = {named[0] for named in map(memory_prefix, paths) if named}
     if not prefixes:
         return
-    from agents.selectors import memory_grants_readable
 
     granted = prefixes & set(memory_grants_readable(reader=agent))
     if granted:
