@@ -287,6 +287,7 @@ class Command(BaseCommand):
         from search.vector_index import agent_vector_index_name
 
         opts, dims = self.options, self.options["dims"]
+        team_id = Agent.objects.get(pk=big_id).team_id
         pairs = list(zip(self.query_texts(rng, opts["queries"]), self.query_vectors(rng, big_centers, opts["queries"])))
 
         def measure() -> dict:
@@ -311,7 +312,7 @@ class Command(BaseCommand):
                     cursor.fetchall()
                 firsts.append((time.perf_counter() - started) * 1000)
             figures["first"] = firsts
-            agent = Agent.objects.create(slug=f"bench-copy-{time.monotonic_ns()}", name="copy", team_id=Agent.objects.get(pk=big_id).team_id)
+            agent = Agent.objects.create(slug=f"bench-copy-{time.monotonic_ns()}", name="copy", team_id=team_id)
             with connection.cursor() as cursor:
                 cursor.execute("SELECT coalesce(max(id), 0) FROM indexing_memoryfile")
                 (file_id_start,) = cursor.fetchone()
@@ -325,7 +326,6 @@ class Command(BaseCommand):
             cursor.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'indexing_chunk'")
             (before_count,) = cursor.fetchone()
         before = measure()
-        team_id = Agent.objects.get(pk=big_id).team_id
         ids = [a.pk for a in Agent.objects.bulk_create(
             [Agent(slug=f"bench-catalog-{i:05d}", name=f"catalog {i}", team_id=team_id) for i in range(extra)]
         )]
