@@ -427,6 +427,11 @@ MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = env_int("MEMORYHUB_SEARCH_KEYWORD_EX
 # chunk count moved by more than DRIFT (a fraction) since the last count.
 MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = env_float("MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT", 0.02, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL", 300, minimum=10)
+# Okapi BM25 of the keyword half (search/keyword.py): K1 is how soon repeating a word stops counting,
+# B how much a chunk longer than the agent's average is penalised (0: not at all). Measured on the dev
+# sets in docs/search.md.
+MEMORYHUB_SEARCH_BM25_K1 = env_float("MEMORYHUB_SEARCH_BM25_K1", 1.2, minimum=0, maximum=10)
+MEMORYHUB_SEARCH_BM25_B = env_float("MEMORYHUB_SEARCH_BM25_B", 0.75, minimum=0, maximum=1)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score

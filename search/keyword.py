@@ -42,10 +42,6 @@ AGENT_STATS = KeywordAgentStats._meta.db_table
 MAX_QUERY_LEXEMES = 256
 MAX_SCORED_LEXEMES = 64
 
-# Okapi BM25 parameters (the usual defaults).
-BM25_K1 = 1.2
-BM25_B = 0.75
-
 
 @dataclass(frozen=True)
 class KeywordHit:
@@ -289,7 +285,8 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})
     terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
-    params = {"terms": terms, "agent": agent_id, "query": " | ".join(terms), "k1": BM25_K1, "b": BM25_B, "limit": limit}
+    params = {"terms": terms, "agent": agent_id, "query": " | ".join(terms), "limit": limit,
+              "k1": settings.MEMORYHUB_SEARCH_BM25_K1, "b": settings.MEMORYHUB_SEARCH_BM25_B}
     file_join = file_where = ""
     if not filters.is_empty:
         clause, filter_params = filters.file_sql("f")

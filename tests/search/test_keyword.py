@@ -138,3 +138,23 @@ def test_a_small_agent_is_read_through_its_own_rows_never_the_all_agent_gin_inde
     index_files(alice, {"memory/a.md": "Caroline paints.", "notes/b.md": "Caroline runs."})
     plan = gin_only_plan(lambda: hits(alice, "Caroline"))
     assert "chunk_search_vector_gin" not in plan, plan
+
+
+def test_bm25_parameters_come_from_the_settings(alice, index_files, settings):
+    index_files(alice, {
+        "memory/short.md": "pottery class",
+        "memory/long.md": "pottery class and a great many other words that make this chunk much longer than the short one",
+        "memory/thrice.md": "pottery pottery pottery class and a great many other words that make this chunk much longer",
+    })
+    by_path = lambda result: dict(zip(paths_of(result), (h.score for h in result.hits)))  # noqa: E731
+    default = by_path(hits(alice, "pottery"))
+    assert default["memory/short.md"] > default["memory/long.md"]  # b = 0.75: the longer chunk is penalised
+
+    settings.MEMORYHUB_SEARCH_BM25_B = 0  # no length normalisation: one occurrence scores the same anywhere
+    flat = by_path(hits(alice, "pottery"))
+    assert flat["memory/short.md"] == pytest.approx(flat["memory/long.md"])
+    assert flat["memory/thrice.md"] > flat["memory/long.md"]
+
+    settings.MEMORYHUB_SEARCH_BM25_K1 = 0  # saturated at once: repeating a word adds nothing
+    saturated = by_path(hits(alice, "pottery"))
+    assert saturated["memory/thrice.md"] == pytest.approx(saturated["memory/long.md"]) == pytest.approx(1.0)

@@ -1,0 +1,68 @@
+"""`manage.py bench_variants`: the dev sets indexed once in-process, each variant's settings applied to
+every question (fake embeddings, a tiny conversation)."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.models import Agent
+from benchmarks.management.commands.bench_variants import variant_parse
+from tests.search.test_bench_search import TINY
+
+LONG_TURN = (
+    "I adopted a greyhound puppy called Biscuit yesterday, after months of visiting the shelter on the other "
+    "side of town every Saturday morning."
+)
+
+
+@pytest.fixture
+def tiny_data(tmp_path):
+    """The tiny conversation of test_bench_search, its first turn longer than 80 characters."""
+    data = json.loads(json.dumps(TINY))
+    data[0]["conversation"]["session_1"][0]["text"] = LONG_TURN
+    path = tmp_path / "tiny-locomo.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_each_variant_is_scored_with_its_own_settings(transactional_db, tiny_data, capsys):
+    call_command(
+        "bench_variants", "--data", str(tiny_data), "--only=locomo", "--part", "all", "--json",
+        "--variant", "short:MEMORYHUB_SEARCH_SNIPPET_CHARS=80",
+    )
+    report = json.loads(capsys.readouterr().out)
+    by_variant = report["sets"]["locomo"]
+    # Two short sessions: the defaults find both evidence turns; 80-character snippets cut the long turn
+    # before its 80th character (the protocol's match), so that question finds nothing.
+    assert by_variant["default"]["tune"]["evidence_recall"] == 1.0
+    assert by_variant["short"]["tune"]["evidence_recall"] == 0.5
+    assert by_variant["default"]["modes_answered"] == {"hybrid": 2}
+    assert report["variants"] == {"default": {}, "short": {"MEMORYHUB_SEARCH_SNIPPET_CHARS": 80}}
+    assert not Agent.objects.filter(slug__startswith="variants-").exists()  # cleaned up without --reuse
+
+
+def test_reuse_indexes_once_and_keeps_the_agents(transactional_db, tiny_data, capsys):
+    call_command("bench_variants", "--data", str(tiny_data), "--only=locomo", "--reuse", "t1", "--json")
+    agent = Agent.objects.get(slug="variants-t1-locomo-0")
+    chunk_ids = set(agent.chunks.values_list("id", flat=True))
+    assert chunk_ids
+    capsys.readouterr()
+    call_command("bench_variants", "--data", str(tiny_data), "--only=locomo", "--reuse", "t1", "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert report["sets"]["locomo"]["default"]["tune"]["evidence_recall"] == 1.0
+    # The same agent and the same chunks: the second run asked its questions without indexing again.
+    assert Agent.objects.get(slug="variants-t1-locomo-0").pk == agent.pk
+    assert set(agent.chunks.values_list("id", flat=True)) == chunk_ids
+
+
+@pytest.mark.parametrize("spec", ["no-colon", ":MEMORYHUB_SEARCH_X=1", "x:MEMORYHUB_CHUNK_TOKENS=100", "x:MEMORYHUB_SEARCH_X"])
+def test_a_malformed_variant_is_refused(spec):
+    with pytest.raises(CommandError):
+        variant_parse(spec)
+
+
+def test_variant_values_are_numbers_where_they_can_be():
+    assert variant_parse("v:MEMORYHUB_SEARCH_BM25_K1=0.9,MEMORYHUB_SEARCH_CANDIDATE_POOL=50,MEMORYHUB_SEARCH_FUSION=rrf") == (
+        "v", {"MEMORYHUB_SEARCH_BM25_K1": 0.9, "MEMORYHUB_SEARCH_CANDIDATE_POOL": 50, "MEMORYHUB_SEARCH_FUSION": "rrf"},
+    )
