@@ -13,7 +13,8 @@ re-index. The first variant is always the defaults ("default"). Only search-time
 (MEMORYHUB_SEARCH_*) can vary here; a chunking change needs a re-index (bench_search --set).
 
 ``--reuse TAG`` keeps the agents (slugs ``variants-TAG-...``) and uses them again on the next run
-with the same TAG when their files are all indexed, so a session of comparisons indexes once.
+with the same TAG when their files are all indexed, so a session of comparisons indexes once. A TAG
+stands for one index: after a change to chunking or embeddings, use another TAG.
 """
 
 import json
@@ -72,8 +73,10 @@ def variant_parse(spec: str) -> tuple[str, dict]:
 
 
 def _indexed(agent: Agent, expected_files: int) -> bool:
+    """Whether all of the agent's files are stored and settled (indexed, or failed: see _failed)."""
     files = MemoryFile.objects.filter(agent=agent)
-    return files.count() == expected_files and not files.exclude(state=MemoryFile.State.INDEXED).exists()
+    unsettled = files.filter(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING])
+    return files.count() == expected_files and not unsettled.exists()
 
 
 class Command(BaseCommand):
@@ -163,7 +166,9 @@ class Command(BaseCommand):
                 out.append(agent)
         finally:
             celery_app.conf.task_always_eager = eager
-        agents.extend(a for a in out if a not in agents)
+        failed = MemoryFile.objects.filter(agent__in=out, state=MemoryFile.State.FAILED).count()
+        if failed:
+            self.stderr.write(f"warning: {failed} files of {dev.name} failed to index; their evidence counts as not found")
         return out
 
     @staticmethod
