@@ -40,6 +40,12 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     assert "POST /api/v1/search p50 / p95" in report
     # 1,500 chunks: every word fits, so exact BM25 (plain and tie-aware overlap alike)
     assert "| budget 2,000 (default) | 1.000 | 1.000 |" in report
+    # bm25s over the same lexemes ranks as the exact BM25 does up to ties (the yardstick computes the same
+    # ranking), and each budget's time is given against it
+    bm25s_row = next(line for line in report.splitlines() if line.startswith("| bm25s "))
+    assert bm25s_row.split("|")[3].strip() == "1.000"
+    budget_row = next(line for line in report.splitlines() if line.startswith("| budget 2,000 (default) |"))
+    assert float(budget_row.rstrip(" |").rsplit("|", 1)[1]) > 0
     # catalog mode: 3 more agents' GIN + HNSW indexes, the big agent measured with and without them
     assert "catalog: 6 more partial indexes (3 agents x GIN + HNSW)" in report
     assert "| hybrid memory_search, p50 / p95 |" in report and "| COPY of 7,000 chunk rows (one new agent) |" in report
