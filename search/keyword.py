@@ -63,6 +63,9 @@ class KeywordResult:
     hits: list[KeywordHit]
     lexemes: list[str]  # the query's lexemes, as the column stores them
     idf: dict[str, float]  # per-agent IDF of each lexeme that matched something
+    # Whether the first min(limit, EXACT_DEPTH) hits are proven to be those of an unbounded BM25 (always,
+    # but for a large agent whose search reached MAX_SCORED_ROWS; see keyword_candidates).
+    exact: bool = True
 
 
 def query_lexemes(query: str) -> list[str]:
@@ -147,13 +150,16 @@ LIMIT %(limit)s
 
 # Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
 # pass, without grouping: the matches come from the agent's own partial GIN index
-# (search/keyword_index.py) restricted to the lexemes chosen by searched_terms.
+# (search/keyword_stats.py) restricted to the tsquery that keyword_candidates builds for this pass
+# (the rarest lexemes, then the combinations of the others that could still reach the top). Each match
+# is scored with every lexeme of the query, so its score is its exact BM25. The last column counts the
+# matches read (before the file filter): when it reaches the pass's row limit, some were left unread.
 _GIVEN_IDF_SQL = """
 WITH terms AS (
     SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
 ),
 scored AS (
-    SELECT m.id, m.file_id, m.start_line, m.end_line,
+    SELECT m.id, m.file_id, m.start_line, m.end_line, count(*) OVER () AS matched,
            (SELECT sum(t.idf * r.tf * (%(k1)s::float8 + 1)
                        / (r.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(m.token_count, 1) / %(avgdl)s::float8)))
             FROM terms t
@@ -168,7 +174,7 @@ scored AS (
         {match_limit}
     ) m
 )
-SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line
+SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, s.matched
 FROM scored s {file_join}
 {file_where}
 ORDER BY s.bm25 DESC, s.id
@@ -184,14 +190,28 @@ def bm25_idf(*, n: int, df: int) -> float:
 # search/keyword_stats.py); until they exist it is counted exactly up to RARE_DF_CAP (a GIN scan stopped
 # early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Reading
 # every chunk that contains a common word costs seconds at 100k chunks (measured: ~1.1 s to read 100k
-# search vectors), so only the chunks holding the query's rarest lexemes are scored: lexemes are taken
-# rarest first while their dfs add up to at most SCORE_BUDGET (the rarest one always), and a chunk that
-# holds none of them is not read. When every lexeme fits in the budget the result is exact BM25; when
-# the rarest alone is more common than the budget, SCORE_BUDGET of its chunks are scored. How the
-# budget was chosen: docs/benchmarks.md, "Search at scale".
+# search vectors), so the chunks are read in two passes (MaxScore-style pruning, exact where it can prove
+# it):
+#
+# 1. The chunks holding the query's rarest lexemes: lexemes are taken rarest first while their dfs add up
+#    to at most SCORE_BUDGET (the rarest one always; when it alone is more common than the budget,
+#    SCORE_BUDGET of its chunks are read). Each is scored with every lexeme: its exact BM25.
+# 2. A chunk not read yet holds only the other lexemes, and each lexeme adds less than idf * (k1 + 1) to a
+#    score (BM25's term-frequency saturation). So only a chunk holding a set of them whose bounds add up
+#    to more than the EXACT_DEPTH-th best score of pass 1 could still enter the top: pass 2 reads the
+#    chunks matching any such set (an OR of ANDs of lexemes, which the GIN index intersects before any
+#    row is read), and none other.
+#
+# The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless pass 2 reached its row limit
+# (MAX_SCORED_ROWS, with pass 1: the hard cap on a search's work), which KeywordResult.exact reports.
+# How the budget and the cap were chosen: docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
 SCORE_BUDGET = 2000
+EXACT_DEPTH = 10
+MAX_SCORED_ROWS = 12_000
+# More sets than this (long queries of similar words): pass 2 reads the chunks of any remaining lexeme.
+MAX_REACHING_SETS = 64
 
 
 def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
@@ -204,6 +224,34 @@ def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
         chosen.append(i)
         total += dfs[i]
     return sorted(chosen), total > budget
+
+
+def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
+    """The minimal sets of indexes of ``bounds`` whose bounds add up to more than ``threshold`` (each
+    sorted), or None when there are more than ``at_most`` of them. A chunk whose lexemes' bounds add up
+    to no more than the threshold cannot score above it; every other one holds one of these sets."""
+    order = sorted(range(len(bounds)), key=lambda i: (-bounds[i], i))
+    left = [0.0] * (len(order) + 1)  # left[k]: the bounds of order[k:], added up
+    for k in range(len(order) - 1, -1, -1):
+        left[k] = left[k + 1] + bounds[order[k]]
+    found: list[list[int]] = []
+
+    def grow(start: int, chosen: list[int], total: float) -> bool:
+        # Largest bounds first: a set is recorded as soon as it reaches, so dropping any of its members
+        # (each at least as large as the last one added) falls back below the threshold.
+        for k in range(start, len(order)):
+            if total + left[k] <= threshold:
+                return True
+            i = order[k]
+            if total + bounds[i] > threshold:
+                found.append(sorted([*chosen, i]))
+                if len(found) > at_most:
+                    return False
+            elif not grow(k + 1, [*chosen, i], total + bounds[i]):
+                return False
+        return True
+
+    return sorted(found) if grow(0, [], 0.0) else None
 
 
 _LARGE_AGENT_STATS_SQL = """
@@ -317,24 +365,70 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         dfs, n, avgdl = plan
         scored = set(sorted((i for i, df in enumerate(dfs) if df > 0), key=lambda i: (dfs[i], i))[:MAX_SCORED_LEXEMES])
         idfs = [bm25_idf(n=n, df=df) if i in scored else None for i, df in enumerate(dfs)]
-        kept = sorted(scored) or list(range(len(dfs)))
-        chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
-        searched = [kept[j] for j in chosen]
-        params.update(idfs=idfs, avgdl=avgdl, query=" | ".join(terms[i] for i in searched))
-        match_limit = f"LIMIT {int(SCORE_BUDGET)}" if capped else ""
-        sql = _GIVEN_IDF_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit=match_limit)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+        params.update(idfs=idfs, avgdl=avgdl)
+        rows, exact = _two_passes(
+            params=params, terms=terms, dfs=dfs, idfs=idfs, kept=sorted(scored) or list(range(len(dfs))),
+            depth=min(limit, EXACT_DEPTH), limit=limit, filtered=not filters.is_empty,
+            sql=_GIVEN_IDF_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}"),
+        )
         idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
+        if not rows:
+            return KeywordResult(hits=[], lexemes=lexemes, idf={}, exact=exact)
+        return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
     if not rows:
         return KeywordResult(hits=[], lexemes=lexemes, idf={})
+    return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf)
+
+
+def _hits(rows) -> list[KeywordHit]:
     best = rows[0][1] or 1.0
-    hits = [
+    return [
         KeywordHit(
             chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1],
             file_id=row[2], start_line=row[3], end_line=row[4],
         )
         for row in rows
     ]
-    return KeywordResult(hits=hits, lexemes=lexemes, idf=idf)
+
+
+def _pass(sql: str, params: dict, *, query: str, row_limit: int | None) -> tuple[list, int]:
+    """(the best ``limit`` rows scored, the matches read) of one pass of _GIVEN_IDF_SQL over ``query``."""
+    match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else ""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.replace("{match_limit}", match_limit), {**params, "query": query})
+        rows = cursor.fetchall()
+    return rows, (rows[0][5] if rows else 0)
+
+
+def _two_passes(
+    *, sql: str, params: dict, terms: list[str], dfs: list[int], idfs: list[float | None], kept: list[int],
+    depth: int, limit: int, filtered: bool,
+) -> tuple[list, bool]:
+    """(the best ``limit`` rows, whether their first ``depth`` are proven exact) of a large agent's search:
+    the two passes described above SCORE_BUDGET."""
+    chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
+    searched = [kept[j] for j in chosen]
+    rows, read = _pass(sql, params, query=" | ".join(terms[i] for i in searched), row_limit=SCORE_BUDGET if capped else None)
+    # Lexemes some of whose chunks pass 1 did not read (all of them when it read only part of the rarest).
+    rest = [i for i in kept if idfs[i] is not None and (capped or i not in searched)]
+    if not rest:
+        return rows, True
+    threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
+    # Float sums of the same terms can differ in their last bits: a chunk that ties is read, not skipped.
+    sets = reaching_sets([idfs[i] * (BM25_K1 + 1) for i in rest], threshold * (1 - 1e-9), at_most=MAX_REACHING_SETS)
+    if sets is None:
+        sets = [[j] for j in range(len(rest))]
+    if not sets:
+        return rows, True
+    query = " | ".join("(" + " & ".join(terms[rest[j]] for j in group) + ")" for group in sets)
+    if not capped:  # the chunks of the searched lexemes are scored already
+        query = f"({query}) & !({' | '.join(terms[i] for i in searched)})"
+    if not rows:  # every match filtered out: count pass 1's reads by the dfs
+        read = SCORE_BUDGET if capped else sum(dfs[i] for i in searched)
+    row_limit = max(MAX_SCORED_ROWS - read, 1)
+    more, more_read = _pass(sql, params, query=query, row_limit=row_limit)
+    # Filtered out entirely, the read count is unknown: the limit may have been reached.
+    exact = more_read < row_limit and (bool(more) or not filtered)
+    merged = {row[0]: row for row in rows}
+    merged.update((row[0], row) for row in more)
+    return sorted(merged.values(), key=lambda row: (-row[1], row[0]))[:limit], exact

@@ -44,6 +44,7 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     # ranking), and each budget's time is given against it
     bm25s_row = next(line for line in report.splitlines() if line.startswith("| bm25s "))
     assert bm25s_row.split("|")[3].strip() == "1.000"
+    assert "| budget 2,000 (default) | 1.000 | 1.000 | 1.00 |" in report  # and proven so
     budget_row = next(line for line in report.splitlines() if line.startswith("| budget 2,000 (default) |"))
     assert float(budget_row.rstrip(" |").rsplit("|", 1)[1]) > 0
     # catalog mode: 3 more agents' GIN + HNSW indexes, the big agent measured with and without them
