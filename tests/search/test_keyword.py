@@ -168,6 +168,21 @@ def test_a_large_agents_budget_does_not_lose_a_top_ten_chunk_holding_only_common
     assert pruned.exact
 
 
+def test_a_large_agents_second_pass_reads_its_own_chunks_only(alice, bob, index_files, settings, monkeypatch):
+    """Pass 2 ORs one condition per word set; the agent's condition must hold for each of them."""
+    from indexing.models import Chunk
+    from search import keyword
+
+    index_files(alice, ZEBRA_APPLE)
+    index_files(bob, {f"memory/{i}.md": "zebra apple " * 3 for i in range(5)})
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 5)  # both words more common: pass 2 reads each word's chunks
+    pruned = hits(alice, "zebra apple", limit=50)
+    assert pruned.exact and len(pruned.hits) == 22
+    assert set(Chunk.objects.filter(pk__in=[h.chunk_id for h in pruned.hits]).values_list("agent_id", flat=True)) == {alice.agent.pk}
+
+
 def test_a_common_word_that_cannot_reach_the_top_ten_is_not_read(alice, index_files, settings, monkeypatch):
     """The bound at work: twelve short notes repeat the rare word, so the tenth best score is above what
     any chunk holding only the common word could reach, and the search answers exactly within a row

@@ -368,7 +368,9 @@ class Command(BaseCommand):
 
     def keyword_budgets(self, agent_id: int, texts: list[str]) -> None:
         """How much of an exact BM25 top 10 the keyword half keeps for a large agent, per row budget
-        (search/keyword.py scores only the chunks of the rarest query words, up to SCORE_BUDGET).
+        (SCORE_BUDGET: the chunks of the rarest query words search/keyword.py reads first, before the
+        second pass reads those the bound cannot rule out), how often it proves its top 10 exact, and its
+        time against bm25s computing the same ranking in process.
 
         Two measures: the plain overlap (the ids of the budgeted top 10 that are ids of the exact top 10)
         and the tie-aware one, where a budgeted result counts when its exact BM25 score reaches the exact
