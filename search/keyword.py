@@ -63,8 +63,9 @@ class KeywordResult:
     hits: list[KeywordHit]
     lexemes: list[str]  # the query's lexemes, as the column stores them
     idf: dict[str, float]  # per-agent IDF of each lexeme that matched something
-    # Whether the first min(limit, EXACT_DEPTH) hits are proven to be those of an unbounded BM25 (always,
-    # but for a large agent whose search reached MAX_SCORED_ROWS; see keyword_candidates).
+    # Whether the first min(limit, EXACT_DEPTH) hits are proven to be those of an unbounded BM25 with the
+    # same IDFs: always, but for a large agent whose search reached MAX_SCORED_ROWS (see SCORE_BUDGET),
+    # and as far as the keyword stats' term bounds hold (chunks written since their last run may not).
     exact: bool = True
 
 
