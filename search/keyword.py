@@ -154,14 +154,15 @@ LIMIT %(limit)s
 # (search/keyword_stats.py) restricted to the tsquery that keyword_candidates builds for this pass
 # (the rarest lexemes, then the combinations of the others that could still reach the top). Each match
 # is scored with every lexeme of the query, so its score is its exact BM25. The last column counts the
-# matches read (before the file filter): when it reaches the pass's row limit, some were left unread.
+# matches read (before the file filter; one row of NULLs carries it when no match passes the filter):
+# when it reaches the pass's row limit, some were left unread.
 # {match}: the pass's condition on search_vector (_pass).
 _GIVEN_IDF_SQL = """
 WITH terms AS (
     SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
 ),
 scored AS (
-    SELECT m.id, m.file_id, m.start_line, m.end_line, count(*) OVER () AS matched,
+    SELECT m.id, m.file_id, m.start_line, m.end_line,
            (SELECT sum(t.idf * r.tf * (%(k1)s::float8 + 1)
                        / (r.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(m.token_count, 1) / %(avgdl)s::float8)))
             FROM terms t
@@ -176,11 +177,16 @@ scored AS (
         {match_limit}
     ) m
 )
-SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, s.matched
-FROM scored s {file_join}
-{file_where}
+SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, n.matched
+FROM (SELECT count(*) AS matched FROM scored) n
+LEFT JOIN LATERAL (
+    SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line
+    FROM scored s {file_join}
+    {file_where}
+    ORDER BY s.bm25 DESC, s.id
+    LIMIT %(limit)s
+) s ON true
 ORDER BY s.bm25 DESC, s.id
-LIMIT %(limit)s
 """
 
 
@@ -396,7 +402,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         params.update(idfs=idfs, avgdl=plan.avgdl)
         rows, exact = _two_passes(
             params=params, terms=terms, plan=plan, idfs=idfs, kept=sorted(scored) or list(range(len(dfs))),
-            depth=min(limit, EXACT_DEPTH), limit=limit, filtered=not filters.is_empty,
+            depth=min(limit, EXACT_DEPTH), limit=limit,
             sql=_GIVEN_IDF_SQL.format(
                 chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}"
             ),
@@ -437,12 +443,12 @@ def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         rows = cursor.fetchall()
-    return rows, (rows[0][5] if rows else 0)
+    return [row for row in rows if row[0] is not None], rows[0][5]
 
 
 def _two_passes(
     *, sql: str, params: dict, terms: list[str], plan: _Plan, idfs: list[float | None], kept: list[int],
-    depth: int, limit: int, filtered: bool,
+    depth: int, limit: int,
 ) -> tuple[list, bool]:
     """(the best ``limit`` rows, whether their first ``depth`` are proven exact) of a large agent's search:
     the two passes described above SCORE_BUDGET."""
@@ -456,8 +462,6 @@ def _two_passes(
         # than as many holding the rarest one.
         first = [f"{terms[a]} & {terms[b]}" for a, b in pairs]
     rows, read = _pass(sql, params, queries=first, row_limit=SCORE_BUDGET if capped else None)
-    if not rows:  # filtered out entirely, the reads are not counted: count them by the dfs and budgets
-        read = SCORE_BUDGET if capped else sum(dfs[i] for i in searched)
     # Lexemes some of whose chunks pass 1 did not read (all of them when it read only part of the rarest).
     rest = [i for i in kept if idfs[i] is not None and (capped or i not in searched)]
     if not rest:
@@ -469,7 +473,7 @@ def _two_passes(
         more, more_read = _pass(
             sql, params, queries=rest_pairs, seen=" | ".join(terms[i] for i in searched), row_limit=SCORE_BUDGET
         )
-        rows, read = _merged(rows, more, limit=limit), read + (more_read if more else SCORE_BUDGET)
+        rows, read = _merged(rows, more, limit=limit), read + more_read
     threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
 
     bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in rest]
@@ -484,9 +488,7 @@ def _two_passes(
         sql, params, queries=[" & ".join(terms[rest[j]] for j in group) for group in sets],
         seen=None if capped else " | ".join(terms[i] for i in searched), row_limit=row_limit,
     )
-    # Filtered out entirely, the read count is unknown: the limit may have been reached.
-    exact = more_read < row_limit and (bool(more) or not filtered)
-    return _merged(rows, more, limit=limit), exact
+    return _merged(rows, more, limit=limit), more_read < row_limit
 
 
 def _merged(rows: list, more: list, *, limit: int) -> list:

@@ -168,6 +168,27 @@ def test_a_large_agents_budget_does_not_lose_a_top_ten_chunk_holding_only_common
     assert pruned.exact
 
 
+def test_a_large_agents_filtered_search_is_exact_among_the_files_it_keeps(alice, index_files, settings, monkeypatch):
+    """The bar for pass 2 is the 10th best chunk that passes the filter, not the 10th best overall."""
+    from search import keyword
+
+    index_files(alice, ZEBRA_APPLE)
+    only_zebra_notes = SearchFilters(path_prefix="memory/zebra-")
+    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 10**9
+    exact = keyword_candidates(agent_id=alice.agent.pk, query="zebra apple", filters=only_zebra_notes, limit=10)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = large_from
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    # Pass 1 reads the zebra notes; the apple notes pass 2 reads are all filtered out, and the search
+    # still counts them against its row limit.
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 12)
+    pruned = keyword_candidates(agent_id=alice.agent.pk, query="zebra apple", filters=only_zebra_notes, limit=10)
+    assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits] and len(pruned.hits) == 10
+    assert pruned.exact
+
+
 def test_a_large_agents_second_pass_reads_its_own_chunks_only(alice, bob, index_files, settings, monkeypatch):
     """Pass 2 ORs one condition per word set; the agent's condition must hold for each of them."""
     from indexing.models import Chunk
