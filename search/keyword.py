@@ -300,10 +300,11 @@ class _Plan:
 def tf_factor_bound(bound: tuple[int, int] | None, *, avgdl: float) -> float:
     """The largest BM25 term-frequency factor a lexeme can have in a chunk, given (its largest count in
     one chunk, the shortest chunk holding it), or k1 + 1 (the factor's limit) without them."""
+    k1, b = settings.MEMORYHUB_SEARCH_BM25_K1, settings.MEMORYHUB_SEARCH_BM25_B  # the scoring's own
     if bound is None:
-        return BM25_K1 + 1
+        return k1 + 1
     tf, tokens = bound
-    return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * max(tokens, 1) / avgdl))
+    return tf * (k1 + 1) / (tf + k1 * (1 - b + b * max(tokens, 1) / avgdl))
 
 
 def _large_agent_plan(*, agent_id: int, terms: list[str]) -> _Plan:

@@ -279,3 +279,16 @@ def test_bm25_parameters_come_from_the_settings(alice, index_files, settings):
     settings.MEMORYHUB_SEARCH_BM25_K1 = 0  # saturated at once: repeating a word adds nothing
     saturated = by_path(hits(alice, "pottery"))
     assert saturated["memory/thrice.md"] == pytest.approx(saturated["memory/long.md"]) == pytest.approx(1.0)
+
+
+def test_a_large_agents_bound_uses_the_configured_bm25_parameters(settings):
+    """The bound that lets a large agent's search skip chunks is the scoring's own factor: with other
+    k1 / b it would otherwise cut chunks that can still reach the top ten."""
+    from search.keyword import tf_factor_bound
+
+    settings.MEMORYHUB_SEARCH_BM25_K1, settings.MEMORYHUB_SEARCH_BM25_B = 2.0, 0.0
+    assert tf_factor_bound(None, avgdl=10.0) == pytest.approx(3.0)
+    assert tf_factor_bound((2, 5), avgdl=10.0) == pytest.approx(2 * 3.0 / (2 + 2.0))
+    settings.MEMORYHUB_SEARCH_BM25_B = 1.0
+    assert tf_factor_bound((2, 5), avgdl=10.0) == pytest.approx(2 * 3.0 / (2 + 2.0 * 0.5))
+

@@ -420,7 +420,7 @@ class Command(BaseCommand):
             found = {t: in_process[1](t)[:10] for t in texts}
             overlap = statistics.mean(len(set(found[t]) & set(exact[t].top10)) / max(1, len(exact[t].top10)) for t in texts)
             tie_aware = statistics.mean(exact[t].tie_aware_overlap(found[t]) for t in texts)
-            self.out(f"| bm25s {bm25s_version()} in process (k1 {keyword.BM25_K1}, b {keyword.BM25_B}, the same lexemes) "
+            self.out(f"| bm25s {bm25s_version()} in process (k1 {settings.MEMORYHUB_SEARCH_BM25_K1}, b {settings.MEMORYHUB_SEARCH_BM25_B}, the same lexemes) "
                      f"| {overlap:.3f} | {tie_aware:.3f} | - | {self.p(yardstick)} | 1.00 |")
         for row in rows:
             self.out(row)
@@ -458,7 +458,7 @@ class Command(BaseCommand):
             )
             rows = cursor.fetchall()
         ids = [row[0] for row in rows]
-        retriever = bm25s.BM25(k1=keyword.BM25_K1, b=keyword.BM25_B, method="lucene")
+        retriever = bm25s.BM25(k1=settings.MEMORYHUB_SEARCH_BM25_K1, b=settings.MEMORYHUB_SEARCH_BM25_B, method="lucene")
         retriever.index([row[1] or [] for row in rows], show_progress=False)
         vocabulary = retriever.vocab_dict
         queries = {t: [lexeme for lexeme in keyword.query_lexemes(t) if lexeme in vocabulary] for t in texts}
