@@ -59,3 +59,25 @@ def test_tie_aware_overlap_counts_a_result_tied_with_the_tenth_exact_score():
     assert exact.tie_aware_overlap([*range(1, 10), 13]) == 0.9  # 13 scores below the 10th
     assert exact.tie_aware_overlap([*range(1, 10), 99]) == 0.9  # not among the exact scores read: below them
     assert ExactTop(top10=[1, 2], scores={1: 2.0, 2: 2.0, 3: 2.0}, tenth=2.0, truncated=True).tie_aware_overlap([3, 4]) == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_build_probe_times_one_agents_index_builds_as_the_table_grows():
+    saved = {name: getattr(settings, name) for name in TOUCHED}
+    out = StringIO()
+    try:
+        call_command(
+            "bench_scale", dims=16, build_probe="1500,4000", probe_chunks=300,
+            database="test_memoryhub_bench_scale_probe", stdout=out,
+        )
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)
+    report = out.getvalue()
+    rows = [line for line in report.splitlines() if line.startswith("| 1,500 rows |") or line.startswith("| 4,000 rows |")]
+    assert len(rows) == 2
+    # Partitioned by agent: each build reads the probe agent's partition, a small part of the table.
+    partition_rows = [int(row.split("|")[2].split("(")[0].replace(",", "")) for row in rows]
+    assert all(300 <= n < 4000 for n in partition_rows) and "indexing_chunk_p" in rows[1]
+    assert "ratio 4,000 / 1,500 rows: GIN " in report
+    assert "dropped database test_memoryhub_bench_scale_probe" in report
