@@ -456,7 +456,8 @@ class Command(BaseCommand):
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                "WHERE i.indrelid IN (SELECT relid FROM pg_partition_tree('indexing_chunk')) "
+                "WHERE i.indrelid IN (SELECT 'indexing_chunk'::regclass UNION ALL "
+                "                     SELECT inhrelid FROM pg_inherits WHERE inhparent = 'indexing_chunk'::regclass) "
                 "AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid)"
             )
             return cursor.fetchone()[0]
@@ -776,12 +777,14 @@ class Command(BaseCommand):
         with connection.cursor() as cursor:
             # Summed over the partitions when the table is partitioned (indexing/partitions.py).
             cursor.execute(
-                "WITH tables AS (SELECT relid FROM pg_partition_tree('indexing_chunk') WHERE isleaf) "
+                "WITH tables AS (SELECT 'indexing_chunk'::regclass AS relid UNION ALL "
+                "                SELECT inhrelid FROM pg_inherits WHERE inhparent = 'indexing_chunk'::regclass) "
                 "SELECT pg_database_size(current_database()), "
                 "(SELECT sum(pg_total_relation_size(relid)) FROM tables), (SELECT sum(pg_relation_size(relid)) FROM tables), "
                 "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
                 " WHERE relid IN (SELECT relid FROM tables) AND indexrelname LIKE 'chunk\\_hnsw\\_%%'), "
-                "(SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('chunk_search_vector_gin')), "
+                "pg_relation_size('chunk_search_vector_gin') + (SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) "
+                " FROM pg_inherits WHERE inhparent = 'chunk_search_vector_gin'::regclass), "
                 "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
                 " WHERE relid IN (SELECT relid FROM tables) AND indexrelname LIKE 'chunk\\_gin\\_a%%')"
             )
