@@ -3,6 +3,7 @@ tables, the index tasks' code, VACUUM), measures, and drops it. A schema change 
 (a new NOT NULL column without a database default did) fails here rather than in a manual run."""
 
 import gc
+import re
 from io import StringIO
 
 import pytest
@@ -18,8 +19,10 @@ TOUCHED = (
 
 
 @pytest.mark.django_db(transaction=True)
-def test_bench_scale_builds_measures_and_drops_its_database():
-    saved = {name: getattr(settings, name) for name in TOUCHED}
+@pytest.mark.parametrize("partitions", [8, 0], ids=["partitioned", "one-table"])
+def test_bench_scale_builds_measures_and_drops_its_database(partitions):
+    saved = {name: getattr(settings, name) for name in TOUCHED + ("MEMORYHUB_CHUNK_PARTITIONS",)}
+    settings.MEMORYHUB_CHUNK_PARTITIONS = partitions  # read by the throw-away database's migration
     out = StringIO()
     try:
         call_command(
@@ -42,6 +45,10 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     assert "| budget 2,000 (default) | 1.000 | 1.000 |" in report
     # catalog mode: 3 more agents' GIN + HNSW indexes, the big agent measured with and without them
     assert "catalog: 6 more partial indexes (3 agents x GIN + HNSW)" in report
+    assert (f"chunk table: {partitions} partitions by agent" if partitions else "chunk table: one table") in report
+    assert "database size: " in report
+    counts = re.search(r"\| big agent \| (\d+) indexes on the chunk table \| (\d+) indexes \|", report)
+    assert int(counts[2]) == int(counts[1]) + 6 and int(counts[1]) >= 5  # the shared indexes and the run's own
     assert "| hybrid memory_search, p50 / p95 |" in report and "| COPY of 7,000 chunk rows (one new agent) |" in report
     assert "dropped database test_memoryhub_bench_scale_smoke" in report
     with connection.cursor() as cursor:
