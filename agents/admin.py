@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models.expressions import RawSQL
-from django.http import Http404, HttpResponseRedirect
+from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -442,9 +442,6 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
             f"{shown(rate, 'requests')} (a blank field: the server's default; 0: no limit)"
         )
 
-    def team_id_of(self, obj) -> int | None:
-        return obj.pk
-
     def get_queryset(self, request):
         from django.db.models import Count
 
@@ -533,21 +530,16 @@ class MemoryGrantForm(forms.ModelForm):
 
 
 @admin.register(MemoryGrant)
-class MemoryGrantAdmin(admin.ModelAdmin):
-    """Grants seen from both sides: a team's admins see the grants of its agents' memories and to its agents."""
+class MemoryGrantAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    """Grants seen from both sides: a team's members see the grants of its agents' memories and to its
+    agents, and its admins give, approve and revoke them."""
 
+    team_fields = ("reader__team", "owner__team")
     form = MemoryGrantForm
     list_display = ["reader", "reader_team", "owner", "owner_team", "status", "created_at"]
     list_select_related = ["reader__team", "owner__team"]
     search_fields = ["reader__slug", "owner__slug"]
     actions = ["approve_selected"]
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        team_ids = request_team_scope(request).team_ids
-        if team_ids is not None:
-            queryset = queryset.filter(models.Q(reader__team__in=team_ids) | models.Q(owner__team__in=team_ids))
-        return queryset
 
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
@@ -565,41 +557,8 @@ class MemoryGrantAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [] if obj is None else ["reader", "owner", "owner_team_approved", "reader_team_approved", "created_at"]
 
-    def get_object(self, request, object_id, from_field=None):
-        obj = super().get_object(request, object_id, from_field)
-        if obj is None and not request_team_scope(request).everything:
-            raise Http404("No such grant.")
-        return obj
-
-    def _sides(self, request, obj) -> bool:
-        scope = request_team_scope(request)
-        return scope.can_manage(obj.reader.team_id) or scope.can_manage(obj.owner.team_id)
-
-    def has_module_permission(self, request):
-        scope = request_team_scope(request)
-        return scope.everything or bool(scope.viewable)
-
-    def has_view_permission(self, request, obj=None):
-        scope = request_team_scope(request)
-        if obj is None:
-            return scope.everything or bool(scope.viewable)
-        return scope.can_view(obj.reader.team_id) or scope.can_view(obj.owner.team_id)
-
-    def has_add_permission(self, request):
-        scope = request_team_scope(request)
-        return scope.everything or bool(scope.manageable)
-
     def has_change_permission(self, request, obj=None):
         return False  # a grant is given, approved (action) or revoked (delete), never edited
-
-    def has_delete_permission(self, request, obj=None):
-        scope = request_team_scope(request)
-        if obj is None:
-            return scope.everything or bool(scope.manageable)
-        return self._sides(request, obj)
-
-    def has_operate_permission(self, request):
-        return self.has_add_permission(request)
 
     def save_model(self, request, obj, form, change):
         scope = request_team_scope(request)
@@ -617,7 +576,7 @@ class MemoryGrantAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         actor = Actor.from_request(request)
         for grant in queryset.select_related("reader", "owner"):
-            if self._sides(request, grant):
+            if self.may_manage(request, grant):
                 memory_grant_revoke(reader=grant.reader, owner=grant.owner, actor=actor)
 
     @admin.display(description="Reader's team")
@@ -640,7 +599,7 @@ class MemoryGrantAdmin(admin.ModelAdmin):
         scope = request_team_scope(request)
         approved = 0
         for grant in queryset.select_related("reader", "owner"):
-            if self._sides(request, grant):
+            if self.may_manage(request, grant):
                 memory_grant_approve(
                     grant=grant, approving_team_ids=None if scope.everything else scope.manageable,
                     actor=Actor.from_request(request),
@@ -650,8 +609,10 @@ class MemoryGrantAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(TeamScopedAdmin, admin.ModelAdmin):
     """The audit trail: read-only for everyone; a team's admins see its events, viewers none."""
+
+    view_role = "admin"
 
     list_display = ["created_at", "action", "actor", "ip", "agent_slug", "target", "teams"]
     list_filter = ["action"]
@@ -660,36 +621,20 @@ class AuditEventAdmin(admin.ModelAdmin):
     readonly_fields = fields
     show_full_result_count = False
 
+    # An event names its teams by id in an array (it outlives their deletion), not through a relation.
+    def team_ids_of(self, obj) -> set[int]:
+        return set(obj.team_ids)
+
+    def team_filter(self, team_ids) -> models.Q:
+        return models.Q(team_ids__overlap=sorted(team_ids))
+
     def get_queryset(self, request):
-        queryset = super().get_queryset(request).annotate(
+        return super().get_queryset(request).annotate(
             team_slugs=RawSQL(
                 f"ARRAY(SELECT t.slug FROM {Team._meta.db_table} t "
                 f"WHERE t.id = ANY({AuditEvent._meta.db_table}.team_ids) ORDER BY t.slug)", [],
             )
         )
-        scope = request_team_scope(request)
-        if not scope.everything:
-            queryset = queryset.filter(team_ids__overlap=sorted(scope.manageable))
-        return queryset
-
-    def get_object(self, request, object_id, from_field=None):
-        obj = super().get_object(request, object_id, from_field)
-        if obj is None and not request_team_scope(request).everything:
-            raise Http404("No such event.")
-        return obj
-
-    def _may_see(self, request) -> bool:
-        scope = request_team_scope(request)
-        return scope.everything or bool(scope.manageable)
-
-    def has_module_permission(self, request):
-        return self._may_see(request)
-
-    def has_view_permission(self, request, obj=None):
-        if obj is None:
-            return self._may_see(request)
-        scope = request_team_scope(request)
-        return scope.everything or bool(scope.manageable.intersection(obj.team_ids))
 
     def has_add_permission(self, request):
         return False

@@ -6,6 +6,10 @@ URL: another team's objects are simply not there (not 403, which would say they 
 permissions play no part for team members: the role decides.
 """
 
+from functools import reduce
+from operator import or_
+
+from django.db.models import Q
 from django.http import Http404
 
 from agents.selectors import TeamScope, user_team_scope
@@ -21,21 +25,41 @@ def request_team_scope(request) -> TeamScope:
 
 
 class TeamScopedAdmin:
-    """Mixin for a ModelAdmin whose rows belong to a team through ``team_field`` ("team", "agent__team")."""
+    """Mixin for a ModelAdmin whose rows belong to a team through ``team_field`` ("team", "agent__team",
+    "pk" for the team itself), or to several teams through ``team_fields`` (a grant belongs to its
+    reader's team and to its owner's). A row is seen when one of its teams is the user's, and acted on when
+    the user administers one of them. ``view_role = "admin"`` shows a team's rows to its admins only (the
+    audit trail); ``team_filter`` and ``team_ids_of`` are the two places that know where the teams are."""
 
     team_field = "agent__team"
+    team_fields: tuple[str, ...] = ()
+    view_role = "viewer"
 
-    def team_id_of(self, obj) -> int | None:
-        *hops, last = self.team_field.split("__")
-        for hop in hops:
-            obj = getattr(obj, hop)
-        return getattr(obj, f"{last}_id")
+    def _team_paths(self) -> tuple[str, ...]:
+        return self.team_fields or (self.team_field,)
+
+    def team_ids_of(self, obj) -> set[int]:
+        ids = set()
+        for team_path in self._team_paths():
+            *hops, last = team_path.split("__")
+            row = obj
+            for hop in hops:
+                row = getattr(row, hop)
+            ids.add(row.pk if last == "pk" else getattr(row, f"{last}_id"))
+        return ids
+
+    def team_filter(self, team_ids) -> Q:
+        """The rows that belong to one of ``team_ids``."""
+        return reduce(or_, (Q(**{f"{team_path}__in": team_ids}) for team_path in self._team_paths()))
+
+    def _seen_teams(self, scope) -> frozenset[int]:
+        return scope.manageable if self.view_role == "admin" else scope.viewable
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
-        team_ids = request_team_scope(request).team_ids
-        if team_ids is not None:
-            queryset = queryset.filter(**{f"{self.team_field}__in": team_ids})
+        scope = request_team_scope(request)
+        if not scope.everything:
+            queryset = queryset.filter(self.team_filter(self._seen_teams(scope)))
         return queryset
 
     def managed(self, request, queryset):
@@ -43,35 +67,41 @@ class TeamScopedAdmin:
         scope = request_team_scope(request)
         if scope.everything:
             return queryset
-        return queryset.filter(**{f"{self.team_field}__in": scope.manageable})
+        return queryset.filter(self.team_filter(scope.manageable))
+
+    def may_view(self, request, obj) -> bool:
+        scope = request_team_scope(request)
+        return scope.everything or bool(self.team_ids_of(obj) & self._seen_teams(scope))
+
+    def may_manage(self, request, obj) -> bool:
+        scope = request_team_scope(request)
+        return scope.everything or bool(self.team_ids_of(obj) & scope.manageable)
+
+    def _may_manage_some(self, request) -> bool:
+        scope = request_team_scope(request)
+        return scope.everything or bool(scope.manageable)
 
     def has_module_permission(self, request):
         scope = request_team_scope(request)
-        return scope.everything or bool(scope.viewable)
+        return scope.everything or bool(self._seen_teams(scope))
 
     def has_view_permission(self, request, obj=None):
-        scope = request_team_scope(request)
         if obj is None:
-            return scope.everything or bool(scope.viewable)
-        return scope.can_view(self.team_id_of(obj))
+            return self.has_module_permission(request)
+        return self.may_view(request, obj)
 
     def has_change_permission(self, request, obj=None):
-        scope = request_team_scope(request)
-        if obj is None:
-            return scope.everything or bool(scope.manageable)
-        return scope.can_manage(self.team_id_of(obj))
+        return self._may_manage_some(request) if obj is None else self.may_manage(request, obj)
 
     def has_add_permission(self, request):
-        scope = request_team_scope(request)
-        return scope.everything or bool(scope.manageable)
+        return self._may_manage_some(request)
 
     def has_delete_permission(self, request, obj=None):
-        return self.has_change_permission(request, obj)
+        return self._may_manage_some(request) if obj is None else self.may_manage(request, obj)
 
     def has_operate_permission(self, request):
-        """For actions that change state (re-index, retry, revoke): team admins and superusers."""
-        scope = request_team_scope(request)
-        return scope.everything or bool(scope.manageable)
+        """For actions that change state (re-index, retry, revoke, approve): team admins and superusers."""
+        return self._may_manage_some(request)
 
     def get_object(self, request, object_id, from_field=None):
         # Django answers a missing row with a redirect to the index ("does not exist"), or a 403 first

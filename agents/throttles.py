@@ -11,6 +11,7 @@ bounds the threads one tenant can hold at any moment, so a burst of slow request
 leave the others waiting for a thread.
 """
 
+import math
 import threading
 import time
 
@@ -41,6 +42,11 @@ def request_bucket(method: str, path: str) -> str:
     return "read"
 
 
+def retry_after(wait: float) -> int:
+    """The whole seconds a refused client is told to wait (Retry-After takes no fractions)."""
+    return max(1, math.ceil(wait))
+
+
 class RateLimited(ApiError):
     def __init__(self, *, bucket: str, rate: Rate, wait: float):
         super().__init__(
@@ -48,7 +54,7 @@ class RateLimited(ApiError):
             code="rate_limited",
             message=f"Too many {bucket} requests for this token (at most {rate}). Retry in {wait:.1f} s.",
         )
-        self.wait = max(1, round(wait))
+        self.wait = retry_after(wait)
         metrics.throttled_increment(scope=bucket)
 
 
@@ -62,7 +68,11 @@ def rate_limit_check(*, token: AgentToken, bucket: str) -> None:
                 now = time.monotonic()
                 for key in [key for key, until in _penalties.items() if until <= now]:
                     del _penalties[key]
-            _penalties[(token.digest, bucket)] = time.monotonic() + wait
+            # Until the Retry-After the client is told, not only until the limiter's own (often
+            # sub-second) wait: a client that comes back sooner than told is refused by the middleware,
+            # before authentication, the database and Redis. Under a flood that ignores Retry-After
+            # this is most requests; the limiter still decides what is admitted once the wait is over.
+            _penalties[(token.digest, bucket)] = time.monotonic() + retry_after(wait)
         raise RateLimited(bucket=bucket, rate=rate, wait=wait)
 
 
@@ -74,7 +84,7 @@ class TeamRateLimited(ApiError):
             message=f"Too many requests for this agent's team {team_slug} (team_rate_limit: at most {rate}). "
             f"Retry in {wait:.1f} s.",
         )
-        self.wait = max(1, round(wait))
+        self.wait = retry_after(wait)
         metrics.throttled_increment(scope="team")
 
 
@@ -133,5 +143,5 @@ class RateLimitedTokensMiddleware:
 def _too_many(bucket: str, message: str, wait: float) -> JsonResponse:
     metrics.throttled_increment(scope=bucket)
     response = JsonResponse(error_body("rate_limited", message), status=429)
-    response["Retry-After"] = str(max(1, round(wait)))
+    response["Retry-After"] = str(retry_after(wait))
     return response

@@ -18,6 +18,10 @@ worker_class = "gthread"
 timeout = 60
 graceful_timeout = 10
 keepalive = 5
+# Each worker tells the master it is alive by touching a file, on every turn of its event loop (several
+# times per request). On a disk-backed /tmp that is a filesystem metadata write each time; in memory it
+# is not (gunicorn's own advice for containers).
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 # Recycle workers now and then, so slow growth in one process never becomes an outage.
 max_requests = 5000
 max_requests_jitter = 500

@@ -63,6 +63,10 @@ class KeywordResult:
     hits: list[KeywordHit]
     lexemes: list[str]  # the query's lexemes, as the column stores them
     idf: dict[str, float]  # per-agent IDF of each lexeme that matched something
+    # Whether the first min(limit, EXACT_DEPTH) hits are proven to be those of an unbounded BM25 with the
+    # same IDFs: always, but for a large agent whose search reached MAX_SCORED_ROWS (see SCORE_BUDGET),
+    # and as far as the keyword stats' term bounds hold (chunks written since their last run may not).
+    exact: bool = True
 
 
 def query_lexemes(query: str) -> list[str]:
@@ -147,7 +151,12 @@ LIMIT %(limit)s
 
 # Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
 # pass, without grouping: the matches come from the agent's own partial GIN index
-# (search/keyword_index.py) restricted to the lexemes chosen by searched_terms.
+# (search/keyword_stats.py) restricted to the tsquery that keyword_candidates builds for this pass
+# (the rarest lexemes, then the combinations of the others that could still reach the top). Each match
+# is scored with every lexeme of the query, so its score is its exact BM25. The last column counts the
+# matches read (before the file filter; one row of NULLs carries it when no match passes the filter):
+# when it reaches the pass's row limit, some were left unread.
+# {match}: the pass's condition on search_vector (_pass).
 _GIVEN_IDF_SQL = """
 WITH terms AS (
     SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
@@ -164,15 +173,20 @@ scored AS (
     FROM (
         SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
         FROM {chunk} c
-        WHERE c.agent_id = %(agent)s AND c.search_vector @@ %(query)s::tsquery
+        WHERE c.agent_id = %(agent)s AND {{match}}
         {match_limit}
     ) m
 )
-SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line
-FROM scored s {file_join}
-{file_where}
+SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, n.matched
+FROM (SELECT count(*) AS matched FROM scored) n
+LEFT JOIN LATERAL (
+    SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line
+    FROM scored s {file_join}
+    {file_where}
+    ORDER BY s.bm25 DESC, s.id
+    LIMIT %(limit)s
+) s ON true
 ORDER BY s.bm25 DESC, s.id
-LIMIT %(limit)s
 """
 
 
@@ -184,14 +198,31 @@ def bm25_idf(*, n: int, df: int) -> float:
 # search/keyword_stats.py); until they exist it is counted exactly up to RARE_DF_CAP (a GIN scan stopped
 # early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Reading
 # every chunk that contains a common word costs seconds at 100k chunks (measured: ~1.1 s to read 100k
-# search vectors), so only the chunks holding the query's rarest lexemes are scored: lexemes are taken
-# rarest first while their dfs add up to at most SCORE_BUDGET (the rarest one always), and a chunk that
-# holds none of them is not read. When every lexeme fits in the budget the result is exact BM25; when
-# the rarest alone is more common than the budget, SCORE_BUDGET of its chunks are scored. How the
-# budget was chosen: docs/benchmarks.md, "Search at scale".
+# search vectors), so the chunks are read in two passes (MaxScore-style pruning, exact where it can prove
+# it):
+#
+# 1. The chunks holding the query's rarest lexemes: lexemes are taken rarest first while their dfs add up
+#    to at most SCORE_BUDGET (the rarest one always; when it alone is more common than the budget,
+#    SCORE_BUDGET chunks holding two of the lexemes, or the one). Each is scored with every lexeme: its
+#    exact BM25. When fewer than EXACT_DEPTH chunks hold them (a name found in 3 chunks, then common
+#    words), up to SCORE_BUDGET chunks holding two of the other lexemes are read too, to set a bar.
+# 2. A chunk not read yet holds only the other lexemes, and each lexeme adds at most idf * tf_factor_bound
+#    to a score (BM25's term frequency factor for the lexeme's largest count in one chunk and the shortest
+#    chunk holding it, from the stats; k1 + 1, its limit, where the stats do not say). So only a chunk
+#    holding a set of them whose bounds add up to more than the EXACT_DEPTH-th best score of pass 1 could
+#    still enter the top: pass 2 reads the chunks matching any such set (one GIN bitmap per set, each an
+#    intersection of posting lists before any row is read), and none other.
+#
+# The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless pass 2 reached its row limit
+# (MAX_SCORED_ROWS, with pass 1: the hard cap on a search's work), which KeywordResult.exact reports.
+# How the budget and the cap were chosen: docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
-SCORE_BUDGET = 2000
+SCORE_BUDGET = 1000
+EXACT_DEPTH = 10
+MAX_SCORED_ROWS = 12_000
+# More sets than this (long queries of similar words): pass 2 reads the chunks of any remaining lexeme.
+MAX_REACHING_SETS = 64
 
 
 def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
@@ -204,6 +235,34 @@ def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
         chosen.append(i)
         total += dfs[i]
     return sorted(chosen), total > budget
+
+
+def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
+    """The minimal sets of indexes of ``bounds`` whose bounds add up to more than ``threshold`` (each
+    sorted), or None when there are more than ``at_most`` of them. A chunk whose lexemes' bounds add up
+    to no more than the threshold cannot score above it; every other one holds one of these sets."""
+    order = sorted(range(len(bounds)), key=lambda i: (-bounds[i], i))
+    left = [0.0] * (len(order) + 1)  # left[k]: the bounds of order[k:], added up
+    for k in range(len(order) - 1, -1, -1):
+        left[k] = left[k + 1] + bounds[order[k]]
+    found: list[list[int]] = []
+
+    def grow(start: int, chosen: list[int], total: float) -> bool:
+        # Largest bounds first: a set is recorded as soon as it reaches, so dropping any of its members
+        # (each at least as large as the last one added) falls back below the threshold.
+        for k in range(start, len(order)):
+            if total + left[k] <= threshold:
+                return True
+            i = order[k]
+            if total + bounds[i] > threshold:
+                found.append(sorted([*chosen, i]))
+                if len(found) > at_most:
+                    return False
+            elif not grow(k + 1, [*chosen, i], total + bounds[i]):
+                return False
+        return True
+
+    return sorted(found) if grow(0, [], 0.0) else None
 
 
 _LARGE_AGENT_STATS_SQL = """
@@ -232,9 +291,28 @@ def _agent_size(agent_id: int, at_most: int) -> int:
         return cursor.fetchone()[0]
 
 
-def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], int, float]:
-    """(df per term, N, average chunk length) for a large agent without keyword stats yet: dfs below
-    RARE_DF_CAP counted exactly, larger ones estimated from a sample."""
+@dataclass(frozen=True)
+class _Plan:
+    """What a large agent's search knows of the query's lexemes before reading a chunk."""
+
+    dfs: list[int]
+    n: int  # the agent's chunks
+    avgdl: float
+    tf_bounds: list[tuple[int, int] | None]  # per lexeme (max_tf, min_tokens) from the stats, or None
+
+
+def tf_factor_bound(bound: tuple[int, int] | None, *, avgdl: float) -> float:
+    """The largest BM25 term-frequency factor a lexeme can have in a chunk, given (its largest count in
+    one chunk, the shortest chunk holding it), or k1 + 1 (the factor's limit) without them."""
+    if bound is None:
+        return BM25_K1 + 1
+    tf, tokens = bound
+    return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * max(tokens, 1) / avgdl))
+
+
+def _large_agent_plan(*, agent_id: int, terms: list[str]) -> _Plan:
+    """The plan of a large agent without keyword stats yet: dfs below RARE_DF_CAP counted exactly,
+    larger ones estimated from a sample, no term bounds."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {CHUNK} WHERE agent_id = %s", [agent_id])
         n = cursor.fetchone()[0]
@@ -246,7 +324,7 @@ def _large_agent_plan(*, agent_id: int, terms: list[str]) -> tuple[list[int], in
     avgdl = float(rows[0][4] or 1) if rows else 1.0
     for _, capped, in_sample, sample_size, _ in rows:
         dfs.append(capped if capped < RARE_DF_CAP else max(RARE_DF_CAP, round(n * in_sample / max(sample_size, 1))))
-    return dfs, n, avgdl
+    return _Plan(dfs=dfs, n=n, avgdl=avgdl, tf_bounds=[None] * len(dfs))
 
 
 def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
@@ -261,14 +339,14 @@ def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> tuple[list[int], int, float] | None:
+def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> _Plan | None:
     """Like _large_agent_plan, from the agent's background keyword stats (search/keyword_stats.py), or
     None when it has none. A lexeme the stats do not know (new since the last count, or absent) is
     counted now, up to RARE_DF_CAP: if it is new, the chunks holding it must stay findable."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT a.chunks, a.avg_tokens, "
-            f"(SELECT json_object_agg(t.lexeme, t.df) FROM {TERM_STATS} t "
+            "SELECT a.chunks, a.avg_tokens, a.last_chunk_id IS NOT NULL, "
+            f"(SELECT json_object_agg(t.lexeme, json_build_array(t.df, t.max_tf, t.min_tokens)) FROM {TERM_STATS} t "
             " WHERE t.agent_id = a.agent_id AND t.lexeme = ANY(%s)) "
             f"FROM {AGENT_STATS} a WHERE a.agent_id = %s",
             [lexemes, agent_id],
@@ -276,11 +354,15 @@ def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> tuple
         row = cursor.fetchone()
     if row is None:
         return None
-    n, avgdl, known = row[0], float(row[1] or 1), row[2] or {}
+    n, avgdl, bounded, known = row[0], float(row[1] or 1), row[2], row[3] or {}
     unknown = [i for i, lexeme in enumerate(lexemes) if lexeme not in known]
     counted = dict(zip(unknown, _capped_dfs(agent_id=agent_id, terms=[terms[i] for i in unknown]))) if unknown else {}
-    dfs = [known[lexeme] if i not in counted else counted[i] for i, lexeme in enumerate(lexemes)]
-    return dfs, max(n, 1), avgdl
+    dfs = [known[lexeme][0] if i not in counted else counted[i] for i, lexeme in enumerate(lexemes)]
+    tf_bounds = [
+        (known[lexeme][1], known[lexeme][2]) if bounded and i not in counted and None not in known[lexeme] else None
+        for i, lexeme in enumerate(lexemes)
+    ]
+    return _Plan(dfs=dfs, n=max(n, 1), avgdl=avgdl, tf_bounds=tf_bounds)
 
 
 def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
@@ -314,27 +396,103 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         dfs, n = rows[0][5] or {}, rows[0][6] or 0
         idf = {lexemes[int(i) - 1]: bm25_idf(n=n, df=df) for i, df in dfs.items()}
     else:
-        dfs, n, avgdl = plan
+        dfs = plan.dfs
         scored = set(sorted((i for i, df in enumerate(dfs) if df > 0), key=lambda i: (dfs[i], i))[:MAX_SCORED_LEXEMES])
-        idfs = [bm25_idf(n=n, df=df) if i in scored else None for i, df in enumerate(dfs)]
-        kept = sorted(scored) or list(range(len(dfs)))
-        chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
-        searched = [kept[j] for j in chosen]
-        params.update(idfs=idfs, avgdl=avgdl, query=" | ".join(terms[i] for i in searched))
-        match_limit = f"LIMIT {int(SCORE_BUDGET)}" if capped else ""
-        sql = _GIVEN_IDF_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit=match_limit)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+        idfs = [bm25_idf(n=plan.n, df=df) if i in scored else None for i, df in enumerate(dfs)]
+        params.update(idfs=idfs, avgdl=plan.avgdl)
+        rows, exact = _two_passes(
+            params=params, terms=terms, plan=plan, idfs=idfs, kept=sorted(scored) or list(range(len(dfs))),
+            depth=min(limit, EXACT_DEPTH), limit=limit,
+            sql=_GIVEN_IDF_SQL.format(
+                chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}"
+            ),
+        )
         idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
+        if not rows:
+            return KeywordResult(hits=[], lexemes=lexemes, idf={}, exact=exact)
+        return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
     if not rows:
         return KeywordResult(hits=[], lexemes=lexemes, idf={})
+    return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf)
+
+
+def _hits(rows) -> list[KeywordHit]:
     best = rows[0][1] or 1.0
-    hits = [
+    return [
         KeywordHit(
             chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1],
             file_id=row[2], start_line=row[3], end_line=row[4],
         )
         for row in rows
     ]
-    return KeywordResult(hits=hits, lexemes=lexemes, idf=idf)
+
+
+def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None, row_limit: int | None) -> tuple[list, int]:
+    """(the best ``limit`` rows scored, the matches read) of one pass of _GIVEN_IDF_SQL over the chunks
+    matching any of ``queries`` but not ``seen``.
+
+    Each query is its own ``@@`` so that the planner ORs one GIN bitmap per query: an AND of two common
+    lexemes is then an intersection of their posting lists, while one tsquery ORing several ANDs made
+    GIN test every chunk of every lexeme in it (measured: 50-85 ms for 9-40 ANDs of common lexemes)."""
+    match = "(" + (" OR ".join(f"c.search_vector @@ %(match_{i})s::tsquery" for i in range(len(queries))) or "FALSE") + ")"
+    if seen:
+        match += " AND NOT c.search_vector @@ %(seen)s::tsquery"
+    match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else ""
+    sql = sql.replace("{match_limit}", match_limit).replace("{match}", match)
+    values = {**params, **{f"match_{i}": query for i, query in enumerate(queries)}, "seen": seen}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        rows = cursor.fetchall()
+    return [row for row in rows if row[0] is not None], rows[0][5]
+
+
+def _two_passes(
+    *, sql: str, params: dict, terms: list[str], plan: _Plan, idfs: list[float | None], kept: list[int],
+    depth: int, limit: int,
+) -> tuple[list, bool]:
+    """(the best ``limit`` rows, whether their first ``depth`` are proven exact) of a large agent's search:
+    the two passes described above SCORE_BUDGET."""
+    dfs = plan.dfs
+    chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
+    searched = [kept[j] for j in chosen]
+    first = [" | ".join(terms[i] for i in searched)]
+    pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1 :] if idfs[a] is not None and idfs[b] is not None]
+    if capped and 0 < len(pairs) <= MAX_REACHING_SETS:
+        # Every lexeme is common: SCORE_BUDGET chunks holding two of them set a higher bar for pass 2
+        # than as many holding the rarest one.
+        first = [f"{terms[a]} & {terms[b]}" for a, b in pairs]
+    rows, read = _pass(sql, params, queries=first, row_limit=SCORE_BUDGET if capped else None)
+    # Lexemes some of whose chunks pass 1 did not read (all of them when it read only part of the rarest).
+    rest = [i for i in kept if idfs[i] is not None and (capped or i not in searched)]
+    if not rest:
+        return rows, True
+    rest_pairs = [f"{terms[a]} & {terms[b]}" for x, a in enumerate(rest) for b in rest[x + 1 :]]
+    if len(rows) < depth and not capped and 0 < len(rest_pairs) <= MAX_REACHING_SETS:
+        # Too few chunks hold the rarest lexemes to set a bar (a name found in 3 chunks, then common
+        # words): up to SCORE_BUDGET chunks holding two of the others set one, as in the capped case.
+        more, more_read = _pass(
+            sql, params, queries=rest_pairs, seen=" | ".join(terms[i] for i in searched), row_limit=SCORE_BUDGET
+        )
+        rows, read = _merged(rows, more, limit=limit), read + more_read
+    threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
+
+    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in rest]
+    # Float sums of the same terms can differ in their last bits: a chunk that ties is read, not skipped.
+    sets = reaching_sets(bounds, threshold * (1 - 1e-9), at_most=MAX_REACHING_SETS)
+    if sets is None:
+        sets = [[j] for j in range(len(rest))]
+    if not sets:
+        return rows, True
+    row_limit = max(MAX_SCORED_ROWS - read, 1)
+    more, more_read = _pass(
+        sql, params, queries=[" & ".join(terms[rest[j]] for j in group) for group in sets],
+        seen=None if capped else " | ".join(terms[i] for i in searched), row_limit=row_limit,
+    )
+    return _merged(rows, more, limit=limit), more_read < row_limit
+
+
+def _merged(rows: list, more: list, *, limit: int) -> list:
+    """The best ``limit`` of two passes' rows (a chunk both read has the same exact score in each)."""
+    merged = {row[0]: row for row in rows}
+    merged.update((row[0], row) for row in more)
+    return sorted(merged.values(), key=lambda row: (-row[1], row[0]))[:limit]

@@ -13,6 +13,9 @@ class KeywordAgentStats(models.Model):
     chunks = models.PositiveIntegerField()
     avg_tokens = models.FloatField()
     refreshed_at = models.DateTimeField()
+    # The agent's largest chunk id when its terms' max_tf and min_tokens were last brought up to date
+    # (keyword_stats_sync adds the chunks above it at each run; null: stats older than the bounds).
+    last_chunk_id = models.BigIntegerField(null=True)
 
 
 class KeywordTermStats(models.Model):
@@ -21,6 +24,10 @@ class KeywordTermStats(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     lexeme = models.TextField()
     df = models.PositiveIntegerField()
+    # The most occurrences of the lexeme in one chunk, and the shortest chunk (token_count) holding it:
+    # together they bound what the lexeme can add to a chunk's BM25 (null: stats older than them).
+    max_tf = models.PositiveIntegerField(null=True)
+    min_tokens = models.PositiveIntegerField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "lexeme"], name="keyword_term_agent_lexeme_uniq")]

@@ -199,3 +199,18 @@ def test_compose_with_an_openai_base_url_embeds_with_openai():
 def test_compose_keeps_a_provider_that_is_named():
     environment = container_environment("web", dot_env_from_the_example(OPENAI_API_KEY="sk-test", MEMORYHUB_EMBEDDING_PROVIDER="none"))
     assert provider_under(environment) == "none"
+
+
+def test_gunicorn_workers_keep_their_heartbeat_file_in_memory(monkeypatch):
+    """Each worker touches its heartbeat file on every turn of its loop: on a disk-backed /tmp that is a
+    metadata write per request, and a flood of refused requests pays for it too."""
+    import importlib
+    import os
+
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # the config sets the pool size for its workers
+    from memoryhub import gunicorn_conf
+
+    monkeypatch.setattr(os.path, "isdir", lambda path: path == "/dev/shm")
+    assert importlib.reload(gunicorn_conf).worker_tmp_dir == "/dev/shm"
+    monkeypatch.setattr(os.path, "isdir", lambda path: False)
+    assert importlib.reload(gunicorn_conf).worker_tmp_dir is None  # gunicorn's default, the system's temp dir

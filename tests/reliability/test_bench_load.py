@@ -22,7 +22,7 @@ def test_bench_load_mixed_and_noisy_runs_report_latencies_and_no_server_errors(t
         assert report["search"]["p50_ms"] <= report["search"]["p95_ms"] <= report["search"]["p99_ms"]
 
         out = io.StringIO()
-        call_command("bench_load", url=url, clients=4, duration=2, notes=3, noisy=True, json=True, stdout=out)
+        call_command("bench_load", url=url, clients=4, duration=2, notes=3, noisy=True, rounds=2, json=True, stdout=out)
         noisy = json.loads(out.getvalue())
         assert noisy["quiet"]["victim_search"]["requests"] > 0
         assert noisy["noisy"]["victim_search"]["server_errors"] == 0

@@ -71,8 +71,25 @@ def test_a_token_told_to_wait_is_refused_before_any_database_query(alice, tight,
     with django_assert_num_queries(0):
         refused = search(alice)
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
-    assert refused["Retry-After"] == "1"
+    assert refused["Retry-After"] == "2"  # the next call is allowed 1.2 s on: told in whole seconds, rounded up
     assert alice.client.get("/api/v1/status").status_code == 200  # other buckets go through
+
+
+@pytest.mark.django_db
+def test_a_client_that_comes_back_sooner_than_told_is_refused_cheaply_until_then(
+    alice, settings, frozen_clock, django_assert_num_queries
+):
+    # 600 a minute: a burst of 60, then one call each 0.1 s. The limiter's own wait is a tenth of a
+    # second, the client is told 1 s, and that second is what the cheap refusal covers: a flood that
+    # ignores Retry-After reaches authentication and the limiter about once a second, not ten times.
+    settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "search": Rate(600, 60)}
+    assert [search(alice).status_code for _ in range(61)] == [200] * 60 + [429]
+    frozen_clock.advance(0.5)  # the limiter would admit the next call already
+    with django_assert_num_queries(0):
+        refused = search(alice)
+    assert refused.status_code == 429 and refused["Retry-After"] == "1"
+    frozen_clock.advance(0.6)  # past the second the client was told
+    assert search(alice).status_code == 200
 
 
 @pytest.mark.django_db

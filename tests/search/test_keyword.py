@@ -3,7 +3,8 @@ text is safe, CJK is findable."""
 
 import pytest
 
-from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes, searched_terms
+from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes, reaching_sets, searched_terms
+from search.keyword_stats import keyword_stats_sync
 from search.types import SearchFilters
 from tests.search.conftest import gin_only_plan
 
@@ -108,14 +109,134 @@ def test_large_agents_score_chunks_with_rare_words_and_keep_exact_rare_idf(alice
     monkeypatch.setattr(keyword, "RARE_DF_CAP", 4)
     monkeypatch.setattr(keyword, "SCORE_BUDGET", 4)
     bounded = hits(alice, "Melanie weather")
-    assert paths_of(bounded) == ["memory/rare.md"]  # chunks with only the common word are not read
+    # Fewer than ten chunks hold the rare word, so the common word's chunks could still enter the top ten:
+    # they are read in the second pass, and the ranking is the exact one.
+    assert paths_of(bounded) == paths_of(exact) and paths_of(bounded)[0] == "memory/rare.md"
+    assert bounded.exact
     melanie = query_lexemes("Melanie")[0]
     assert bounded.idf[melanie] == exact.idf[melanie]
-    # A query of common words only still answers, from SCORE_BUDGET of the rarest word's chunks.
+    # A query of common words only (the rarest is more common than the budget) is exact too ...
     monkeypatch.setattr(keyword, "SCORE_BUDGET", 5)
-    assert len(hits(alice, "weather talked").hits) == 5
+    assert paths_of(hits(alice, "weather talked")) == paths_of(_exact_hits(alice, "weather talked", settings, monkeypatch))
+    # ... unless the search would read more than MAX_SCORED_ROWS chunks: it stops there, and says so.
+    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 7)
+    capped = hits(alice, "weather talked")
+    assert 5 <= len(capped.hits) <= 7 and not capped.exact
     # A word the agent never used (a typo) does not hide the common ones.
-    assert len(hits(alice, "wether weather").hits) == 5
+    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 100)
+    assert len(hits(alice, "wether weather").hits) == 9
+
+
+def _exact_hits(member, query, settings, monkeypatch):
+    """The unbounded BM25 ranking: the small-agent path, which reads and scores every match."""
+    from search import keyword
+
+    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 10**9
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(keyword, "_stats_plan", lambda **kwargs: None)
+            return hits(member, query)
+    finally:
+        settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = large_from
+
+
+# Ten long notes hold the rare word once; twelve short ones repeat the common word. BM25 ranks the short
+# ones first (term frequency, short length), though they hold only the more common word.
+ZEBRA_APPLE = {
+    **{f"memory/zebra-{i}.md": f"zebra seen near the river bank by {'one two three four five six seven eight nine ten ' * (1 + i % 3)}"
+       for i in range(10)},
+    **{f"memory/apple-{i}.md": "apple " * (1 + i % 4) + f"pie number {i}" for i in range(12)},
+    **{f"memory/other-{i}.md": f"nothing to do with the query, note {i}" for i in range(8)},
+}
+
+
+def test_a_large_agents_budget_does_not_lose_a_top_ten_chunk_holding_only_common_words(alice, index_files, settings, monkeypatch):
+    from search import keyword
+
+    index_files(alice, ZEBRA_APPLE)
+    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    top_paths = paths_of(exact)
+    assert any(path.startswith("memory/apple-") for path in top_paths)  # what a budget of the rare word's chunks missed
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 10)  # zebra's df: the first pass reads the zebra chunks only
+    pruned = hits(alice, "zebra apple")
+    assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
+    assert [h.bm25 for h in pruned.hits] == pytest.approx([h.bm25 for h in exact.hits])
+    assert pruned.exact
+
+
+def test_a_large_agents_filtered_search_is_exact_among_the_files_it_keeps(alice, index_files, settings, monkeypatch):
+    """The bar for pass 2 is the 10th best chunk that passes the filter, not the 10th best overall."""
+    from search import keyword
+
+    index_files(alice, ZEBRA_APPLE)
+    only_zebra_notes = SearchFilters(path_prefix="memory/zebra-")
+    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 10**9
+    exact = keyword_candidates(agent_id=alice.agent.pk, query="zebra apple", filters=only_zebra_notes, limit=10)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = large_from
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    # Pass 1 reads the zebra notes; the apple notes pass 2 reads are all filtered out, and the search
+    # still counts them against its row limit.
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 12)
+    pruned = keyword_candidates(agent_id=alice.agent.pk, query="zebra apple", filters=only_zebra_notes, limit=10)
+    assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits] and len(pruned.hits) == 10
+    assert pruned.exact
+
+
+def test_a_large_agents_second_pass_reads_its_own_chunks_only(alice, bob, index_files, settings, monkeypatch):
+    """Pass 2 ORs one condition per word set; the agent's condition must hold for each of them."""
+    from indexing.models import Chunk
+    from search import keyword
+
+    index_files(alice, ZEBRA_APPLE)
+    index_files(bob, {f"memory/{i}.md": "zebra apple " * 3 for i in range(5)})
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 5)  # both words more common: pass 2 reads each word's chunks
+    pruned = hits(alice, "zebra apple", limit=50)
+    assert pruned.exact and len(pruned.hits) == 22
+    assert set(Chunk.objects.filter(pk__in=[h.chunk_id for h in pruned.hits]).values_list("agent_id", flat=True)) == {alice.agent.pk}
+
+
+def test_a_common_word_that_cannot_reach_the_top_ten_is_not_read(alice, index_files, settings, monkeypatch):
+    """The bound at work: twelve short notes repeat the rare word, so the tenth best score is above what
+    any chunk holding only the common word could reach, and the search answers exactly within a row
+    limit that leaves no room to read the common word's chunks."""
+    from search import keyword
+
+    files = {f"memory/zebra-{i}.md": "zebra " * (2 + i % 3) + f"apple note {i}" for i in range(12)}
+    files.update({f"memory/apple-{i}.md": f"apple seen by {'one two three four five six seven eight ' * 2} {i}" for i in range(15)})
+    index_files(alice, files)
+    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 12)
+    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 12)
+    pruned = hits(alice, "zebra apple")
+    assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
+    assert pruned.exact
+    assert all(path.startswith("memory/zebra-") for path in paths_of(pruned))
+
+
+@pytest.mark.parametrize(
+    ("bounds", "threshold", "expected"),
+    [
+        ([3.0, 1.0, 2.0], 0.0, [[0], [1], [2]]),  # nothing scored yet: any chunk of any word
+        ([3.0, 1.0, 2.0], 2.5, [[0], [1, 2]]),  # 2 + 1 reaches past 2.5; 2 or 1 alone does not
+        ([3.0, 1.0, 2.0], 3.0, [[0, 1], [0, 2]]),  # 1 + 2 is exactly the threshold, not above it
+        ([3.0, 1.0, 2.0], 6.0, []),  # all three together stay below: nothing left to read
+        ([1.0, 1.0, 1.0, 1.0], 1.5, None),  # six pairs, more than at_most
+    ],
+)
+def test_reaching_sets_are_the_minimal_word_sets_that_could_score_above_the_threshold(bounds, threshold, expected):
+    assert reaching_sets(bounds, threshold, at_most=5) == expected
 
 
 @pytest.mark.parametrize(

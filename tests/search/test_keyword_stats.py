@@ -141,3 +141,35 @@ def test_a_run_that_finds_the_task_lock_taken_does_nothing(alice, index_files, s
             cursor.execute("SELECT pg_advisory_unlock_all()")
         other.close()
     assert keyword_stats_sync().refreshed == [alice.agent.pk]
+
+
+def test_stats_bound_each_words_count_in_one_chunk_and_catch_up_with_newer_chunks(alice, index_files, settings):
+    index_files(alice, FILES)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    weather = query_lexemes("weather")[0]
+    term = KeywordTermStats.objects.get(agent=alice.agent, lexeme=weather)
+    assert term.max_tf == 1 and term.min_tokens >= 1
+    stats = KeywordAgentStats.objects.get(agent=alice.agent)
+    assert stats.last_chunk_id == alice.agent.chunks.order_by("-id").values_list("id", flat=True).first()
+
+    # A chunk written since, within the drift (no full refresh), repeats the word: the next run widens
+    # the word's bound and moves the last chunk id, so searches keep reading such chunks.
+    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 1.0
+    index_files(alice, {"memory/storm.md": "weather weather weather"})
+    outcome = keyword_stats_sync()
+    assert outcome.kept == [alice.agent.pk] and outcome.caught_up == [alice.agent.pk]
+    term.refresh_from_db()
+    assert term.max_tf == 3 and term.df == len(FILES)  # the df waits for the next full refresh
+    assert KeywordAgentStats.objects.get(agent=alice.agent).last_chunk_id > stats.last_chunk_id
+    assert keyword_stats_sync().caught_up == []
+
+
+def test_stats_without_term_bounds_are_refreshed(alice, index_files, settings):
+    index_files(alice, FILES)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    KeywordAgentStats.objects.update(last_chunk_id=None)  # as written before the bounds existed
+    KeywordTermStats.objects.update(max_tf=None, min_tokens=None)
+    assert keyword_stats_sync().refreshed == [alice.agent.pk]
+    assert not KeywordTermStats.objects.filter(max_tf=None).exists()

@@ -13,7 +13,8 @@ any 5xx is a server error.
 
 ``--noisy``: first a quiet phase, one well-behaved agent searching at ``--victim-rate`` per second, then
 the same agent while every other client floods one noisy agent (searches, uploads and, unless
-``--no-big-file``, a 5 MB one-line file). The victim's p95 in both phases and their ratio are the result:
+``--no-big-file``, a 5 MB one-line file); ``--rounds N`` alternates the two phases N times, each
+--duration/N long. The victim's p95 in both phases and their ratio are the result:
 no tenant may slow the others (the per-token rate limits answer the flood 429; set them to 0 on the
 server to see the server's own isolation).
 
@@ -122,6 +123,11 @@ class Command(BaseCommand):
         parser.add_argument("--victim-rate", type=float, default=5.0, help="--noisy: the quiet agent's searches per second")
         parser.add_argument("--no-big-file", action="store_true", help="--noisy: no 5 MB one-line file")
         parser.add_argument(
+            "--rounds", type=int, default=1,
+            help="--noisy: alternate the quiet and noisy phases this many times (each --duration/rounds long), so that "
+            "a machine whose other load drifts during the run weighs on both phases alike",
+        )
+        parser.add_argument(
             "--flood-rate", type=float, default=0.0,
             help="--noisy: the noisy agent's requests per second, all clients together (0 = as fast as the server answers)",
         )
@@ -132,8 +138,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **options):
-        if not 0 <= options["search_share"] <= 1 or options["clients"] < 1 or options["duration"] <= 0:
-            raise CommandError("--clients ≥ 1, --duration > 0 and --search-share in 0..1")
+        if not 0 <= options["search_share"] <= 1 or options["clients"] < 1 or options["duration"] <= 0 or options["rounds"] < 1:
+            raise CommandError("--clients ≥ 1, --duration > 0, --rounds ≥ 1 and --search-share in 0..1")
         url = options["url"].rstrip("/")
         tokens = self._agents(2 if options["noisy"] or options["noisy_indexing"] else options["agents"])
         seed = Client(url, options["timeout"])
@@ -149,7 +155,7 @@ class Command(BaseCommand):
         else:
             report = self._mixed(url, tokens, options)
         report["settings"] = {
-            key: options[key] for key in ("url", "clients", "duration", "agents", "search_share", "noisy", "flood_rate")
+            key: options[key] for key in ("url", "clients", "duration", "agents", "search_share", "noisy", "flood_rate", "rounds")
         }
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
@@ -286,17 +292,14 @@ class Command(BaseCommand):
     def _noisy(self, url: str, tokens: list[str], options) -> dict:
         victim, noisy = tokens
         pause = 1.0 / options["victim_rate"]
+        rounds = options["rounds"]
+        phase = options["duration"] / rounds
 
         def victim_pick():
             return ("victim_search", "POST", "/api/v1/search", victim, _question(), "application/json", pause)
 
         def victim_searches() -> dict[str, Kind]:
-            return self._run(url, [victim_pick], options["duration"], options["timeout"])
-
-        quiet = victim_searches()
-        if not options["no_big_file"]:
-            big = ("x" * 90 + " budget deploy kettle ") * (5_000_000 // 112)
-            Client(url, options["timeout"]).send("PUT", "/api/v1/files/notes/one-line.md", noisy, big.encode(), "text/markdown")
+            return self._run(url, [victim_pick], phase, options["timeout"])
 
         flooders = max(1, options["clients"] - 1)
         flood_pause = flooders / options["flood_rate"] if options["flood_rate"] > 0 else 0
@@ -308,7 +311,14 @@ class Command(BaseCommand):
             body = _note(i, random.random()).encode()
             return ("noisy_upload", "PUT", f"/api/v1/files/flood/f{i:03}.md", noisy, body, "text/markdown", flood_pause)
 
-        loud = self._run_beside_flood(url, victim_searches, [noisy_pick] * flooders, options["duration"], options["timeout"])
+        quiet: dict[str, Kind] = {}
+        loud: dict[str, Kind] = {}
+        for n in range(rounds):
+            _merge(quiet, victim_searches())
+            if n == 0 and not options["no_big_file"]:
+                big = ("x" * 90 + " budget deploy kettle ") * (5_000_000 // 112)
+                Client(url, options["timeout"]).send("PUT", "/api/v1/files/notes/one-line.md", noisy, big.encode(), "text/markdown")
+            _merge(loud, self._run_beside_flood(url, victim_searches, [noisy_pick] * flooders, phase, options["timeout"]))
         quiet_summary, loud_summary = quiet["victim_search"].summary(), loud["victim_search"].summary()
         return {
             "quiet": {"victim_search": quiet_summary},
@@ -326,6 +336,12 @@ class Command(BaseCommand):
             for kind, stats in kinds.items():
                 self.stdout.write(f"{phase:>6} {kind:<14} {stats}")
         self.stdout.write(f"settings: {report['settings']}")
+
+
+def _merge(into: dict[str, Kind], kinds: dict[str, Kind]) -> None:
+    for name, kind in kinds.items():
+        into.setdefault(name, Kind()).latencies.extend(kind.latencies)
+        into[name].statuses.update(kind.statuses)
 
 
 def _question() -> bytes:

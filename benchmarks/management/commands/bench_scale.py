@@ -16,7 +16,9 @@ through POST /api/v1/search (Django's test client: the request stack without a s
 embeddings are precomputed (the embedding call is excluded). ``--catalog N`` then gives N more agents a
 GIN and an HNSW partial index each and measures the big agent again (hybrid search, planning, a new
 connection's first statement, a COPY of 7,000 rows): what one table with thousands of partial indexes
-costs. The database is dropped at the end unless ``--keep``.
+costs. For the big agent, the keyword half's top 10 is compared with an unbounded exact BM25 for each
+``--keyword-budgets`` value, and its time with the same ranking computed in process by bm25s over the
+same chunks' lexemes (the issue's yardstick: the keyword half within 2× of bm25s). The database is dropped at the end unless ``--keep``.
 
     python manage.py bench_scale                               # the figures of docs/benchmarks.md: 1M chunks, 1,000 agents
     python manage.py bench_scale --chunks 20000 --agents 20 --big 8000 --min-chunks 2000   # seconds
@@ -73,6 +75,12 @@ class ExactTop:
             elif score is None and self.truncated:
                 reached += 1
         return reached / len(self.top10)
+
+
+def bm25s_version() -> str:
+    from importlib.metadata import version
+
+    return version("bm25s")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -464,7 +472,9 @@ class Command(BaseCommand):
 
     def keyword_budgets(self, agent_id: int, texts: list[str]) -> None:
         """How much of an exact BM25 top 10 the keyword half keeps for a large agent, per row budget
-        (search/keyword.py scores only the chunks of the rarest query words, up to SCORE_BUDGET).
+        (SCORE_BUDGET: the chunks of the rarest query words search/keyword.py reads first, before the
+        second pass reads those the bound cannot rule out), how often it proves its top 10 exact, and its
+        time against bm25s computing the same ranking in process.
 
         Two measures: the plain overlap (the ids of the budgeted top 10 that are ids of the exact top 10)
         and the tie-aware one, where a budgeted result counts when its exact BM25 score reaches the exact
@@ -488,21 +498,85 @@ class Command(BaseCommand):
                 exact = {text: self.exact_scores(agent_id, text) for text in texts}
         finally:
             settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = exact_from
-        self.out("")
-        self.out("| big agent, keyword half | top-10 overlap with exact BM25 | tie-aware overlap | p50 / p95 |")
-        self.out("|---|---|---|---|")
+        in_process = self.bm25s_baseline(agent_id, texts)
+        rows, yardstick = [], []
         for budget in budgets:
             with mock.patch.object(keyword, "SCORE_BUDGET", budget):
-                found = {t: top10(t) for t in texts}
-                timings = self.timed(lambda t: self.keyword_half(agent_id, t), texts)
+                results = {t: self.keyword_half(agent_id, t) for t in texts}
+                if in_process is None:
+                    timings, beside = self.timed(lambda t: self.keyword_half(agent_id, t), texts), []
+                else:  # alternated query by query, so that both see the same load
+                    timings, beside = self.timed_alternately([lambda t: self.keyword_half(agent_id, t), in_process[1]], texts)
+            yardstick += beside
+            found = {t: [hit.chunk_id for hit in results[t].hits[:10]] for t in texts}
             overlap = statistics.mean(len(set(found[t]) & set(exact[t].top10)) / max(1, len(exact[t].top10)) for t in texts)
             tie_aware = statistics.mean(exact[t].tie_aware_overlap(found[t]) for t in texts)
+            proven = [results[t].exact for t in texts if hasattr(results[t], "exact")]
             default = " (default)" if budget == keyword.SCORE_BUDGET else ""
-            self.out(f"| budget {budget:,}{default} | {overlap:.3f} | {tie_aware:.3f} | {self.p(timings)} |")
+            ratio = f"{statistics.median(timings) / statistics.median(beside):.2f}" if beside else "-"
+            rows.append(f"| budget {budget:,}{default} | {overlap:.3f} | {tie_aware:.3f} | "
+                        f"{f'{statistics.mean(proven):.2f}' if proven else '-'} | {self.p(timings)} | {ratio} |")
+        self.out("")
+        self.out("| big agent, keyword half | top-10 overlap with exact BM25 | tie-aware overlap | proven exact "
+                 "| p50 / p95 | p50 ÷ bm25s p50 |")
+        self.out("|---|---|---|---|---|---|")
+        if in_process is not None:
+            found = {t: in_process[1](t)[:10] for t in texts}
+            overlap = statistics.mean(len(set(found[t]) & set(exact[t].top10)) / max(1, len(exact[t].top10)) for t in texts)
+            tie_aware = statistics.mean(exact[t].tie_aware_overlap(found[t]) for t in texts)
+            self.out(f"| bm25s {bm25s_version()} in process (k1 {keyword.BM25_K1}, b {keyword.BM25_B}, the same lexemes) "
+                     f"| {overlap:.3f} | {tie_aware:.3f} | - | {self.p(yardstick)} | 1.00 |")
+        for row in rows:
+            self.out(row)
         deep = sum(1 for t in texts if exact[t].truncated)
         if deep:
             self.out(f"({deep} of {len(texts)} queries tie at the 10th score beyond the {EXACT_TIE_DEPTH:,} exact scores "
                      "read; every result past them is counted as reaching it)")
+
+    def bm25s_baseline(self, agent_id: int, texts: list[str]):
+        """The same ranking in process with bm25s, the yardstick of the keyword half's cost: (seconds to
+        read and index the agent's chunks, a function from a query to its 50 best chunk ids), or None
+        without bm25s.
+
+        Fair as far as it goes: each chunk is the lexemes of its stored tsvector, each repeated as often
+        as it occurs (the tokens and term frequencies the SQL scores), the query is the lexemes
+        search.keyword.query_lexemes gives it, outside the timing (tokenising a few words in Python is tens
+        of microseconds), same k1, b and IDF ("lucene": ln(1 + (N - df + 0.5) / (df + 0.5))). Its
+        document length is the token count of the tsvector where the SQL uses the chunk's token_count;
+        the synthetic chunks have the same for both. Each retrieval asks for 50 results, as the keyword
+        half's timing does, on one thread (n_threads=0), and includes its Python call overhead."""
+        try:
+            import bm25s
+        except ImportError:
+            self.out("(bm25s not installed: pip install -e '.[dev]'; no in-process baseline)")
+            return None
+        from search import keyword
+
+        started = time.monotonic()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.id, (SELECT array_agg(u.lexeme) FROM unnest(c.search_vector) u, "
+                "generate_series(1, coalesce(array_length(u.positions, 1), 1))) "
+                "FROM indexing_chunk c WHERE c.agent_id = %s ORDER BY c.id",
+                [agent_id],
+            )
+            rows = cursor.fetchall()
+        ids = [row[0] for row in rows]
+        retriever = bm25s.BM25(k1=keyword.BM25_K1, b=keyword.BM25_B, method="lucene")
+        retriever.index([row[1] or [] for row in rows], show_progress=False)
+        vocabulary = retriever.vocab_dict
+        queries = {t: [lexeme for lexeme in keyword.query_lexemes(t) if lexeme in vocabulary] for t in texts}
+        self.out(f"bm25s {bm25s_version()}: {len(ids):,} chunks read and indexed in {time.monotonic() - started:.1f} s")
+
+        def retrieve(text: str, k: int = 50) -> list[int]:
+            tokens = queries[text]
+            if not tokens:
+                return []
+            k = min(k, len(ids))
+            documents, scores = retriever.retrieve([tokens], k=k, show_progress=False, n_threads=0)
+            return [ids[d] for d, score in zip(documents[0].tolist(), scores[0].tolist()) if score > 0]
+
+        return time.monotonic() - started, retrieve
 
     def exact_scores(self, agent_id: int, text: str) -> "ExactTop":
         """The unbounded exact BM25 ranking of ``text``, deep enough to hold every chunk tied with the 10th."""
@@ -758,6 +832,19 @@ class Command(BaseCommand):
             started = time.perf_counter()
             function(value)
             timings.append((time.perf_counter() - started) * 1000)
+        return timings
+
+    def timed_alternately(self, functions, inputs) -> list[list[float]]:
+        """Like timed, for several functions over the same inputs, one after the other on each input."""
+        for value in inputs[:5]:
+            for function in functions:
+                function(value)
+        timings = [[] for _ in functions]
+        for value in inputs:
+            for function, spent in zip(functions, timings):
+                started = time.perf_counter()
+                function(value)
+                spent.append((time.perf_counter() - started) * 1000)
         return timings
 
     def recall(self, agent_id: int, queries, filters=None) -> float:
