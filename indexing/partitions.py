@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 SHADOW = f"{CHUNK}_rebuild"
 SHADOW_SUFFIX = "_rb"  # suffix of the shadow's index and constraint names until the swap
 CAPTURE_FUNCTION = f"{CHUNK}_rebuild_capture"
-PARTITION_BOUND = re.compile(r"modulus (\d+), remainder (\d+)")
 # The per-agent indexes (search/keyword_stats.py, search/vector_index.py): rebuilt on the agent's
 # partition, never on the parent (there they would exist once per partition).
 PER_AGENT_INDEX = re.compile(r"^chunk_(gin_a(\d+)|hnsw_a(\d+)_d\d+)$")
@@ -56,24 +55,23 @@ def chunk_partitions() -> int:
         return cursor.fetchone()[0]
 
 
+def _partition_of(cursor, *, table: str, agent_id: int) -> str | None:
+    """The partition of hash-partitioned ``table`` that holds ``agent_id``'s rows (None: not partitioned)."""
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), 'modulus (\\d+), remainder (\\d+)') b "
+        "WHERE i.inhparent = %s::regclass AND satisfies_hash_partition(i.inhparent, b[1]::int, b[2]::int, %s::bigint)",
+        [table, int(agent_id)],
+    )
+    row = cursor.fetchone()
+    return row[0] if row else None
+
+
 def agent_chunk_table(*, agent_id: int) -> str:
     """The table holding this agent's chunks: its partition, or the chunk table when it is not
     partitioned. Per-agent indexes are created on it."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
-            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
-            [CHUNK],
-        )
-        partitions = cursor.fetchall()
-        for name, bound in partitions:
-            modulus, remainder = (int(n) for n in PARTITION_BOUND.search(bound).groups())
-            cursor.execute(
-                "SELECT satisfies_hash_partition(%s::regclass, %s, %s, %s::bigint)", [CHUNK, modulus, remainder, int(agent_id)]
-            )
-            if cursor.fetchone()[0]:
-                return name
-    return CHUNK
+        return _partition_of(cursor, table=CHUNK, agent_id=agent_id) or CHUNK
 
 
 def chunk_tables_condition(alias: str = "t") -> str:
@@ -230,7 +228,7 @@ def _backfill(*, batch_size: int, outcome: RebuildOutcome, on_batch: Callable[[i
             on_batch(after)
 
 
-def _per_agent_indexes_build(*, partitions: int, outcome: RebuildOutcome) -> list[str]:
+def _per_agent_indexes_build(*, outcome: RebuildOutcome) -> list[str]:
     """Build each valid per-agent index of the old table on the shadow (on the agent's partition), under
     a suffixed name, CONCURRENTLY where possible. Returns their final names."""
     from search.ddl import concurrently_clause
@@ -242,26 +240,10 @@ def _per_agent_indexes_build(*, partitions: int, outcome: RebuildOutcome) -> lis
             f"JOIN pg_class t ON t.oid = i.indrelid WHERE {chunk_tables_condition()} AND i.indisvalid AND i.indisready"
         )
         found = [(name, definition) for name, definition in cursor.fetchall() if PER_AGENT_INDEX.match(name)]
-        bounds = {}
-        if partitions:
-            cursor.execute(
-                "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
-                "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
-                [SHADOW],
-            )
-            bounds = {name: tuple(int(n) for n in PARTITION_BOUND.search(bound).groups()) for name, bound in cursor.fetchall()}
         built = []
         for name, definition in sorted(found):
             match = PER_AGENT_INDEX.match(name)
-            agent_id = int(match[2] or match[3])
-            target = SHADOW
-            for partition, (modulus, remainder) in bounds.items():
-                cursor.execute(
-                    "SELECT satisfies_hash_partition(%s::regclass, %s, %s, %s::bigint)", [SHADOW, modulus, remainder, agent_id]
-                )
-                if cursor.fetchone()[0]:
-                    target = partition
-                    break
+            target = _partition_of(cursor, table=SHADOW, agent_id=int(match[2] or match[3])) or SHADOW
             rest = INDEX_DEFINITION.match(definition)[4]
             cursor.execute(f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}{SHADOW_SUFFIX}" ON {target} {rest}')
             built.append(name)
@@ -269,7 +251,7 @@ def _per_agent_indexes_build(*, partitions: int, outcome: RebuildOutcome) -> lis
     return built
 
 
-def _swap(*, partitions: int, agent_indexes: list[str], outcome: RebuildOutcome) -> None:
+def _swap(*, agent_indexes: list[str], outcome: RebuildOutcome) -> None:
     """Under an exclusive lock on the old table (every write to it committed, none running): carry the
     id sequence over, drop the old table (and with it the trigger) and give the shadow its names."""
 
@@ -316,11 +298,11 @@ def _swap(*, partitions: int, agent_indexes: list[str], outcome: RebuildOutcome)
         # The partitions' own copies (named after the shadow's names by Postgres): the same names as a
         # table partitioned by migration 0007 has.
         cursor.execute(
-            "SELECT t.relname, c.conname, c.contype = 'p' FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
+            "SELECT t.relname, c.conname FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
             "WHERE c.conrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass) AND c.conname LIKE %s",
             [CHUNK, f"%{SHADOW_SUFFIX}%"],
         )
-        for table, name, _ in cursor.fetchall():
+        for table, name in cursor.fetchall():
             cursor.execute(f'ALTER TABLE "{table}" RENAME CONSTRAINT "{name}" TO "{name.replace(SHADOW_SUFFIX, "", 1)}"')
         cursor.execute(
             "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
@@ -385,9 +367,9 @@ def _rebuild_locked(*, partitions: int, batch_size: int, on_batch, outcome: Rebu
         with connection.cursor() as cursor:
             cursor.execute(f"ANALYZE {SHADOW}")
         lap("backfill")
-        agent_indexes = _per_agent_indexes_build(partitions=partitions, outcome=outcome)
+        agent_indexes = _per_agent_indexes_build(outcome=outcome)
         lap("per-agent indexes")
-        _swap(partitions=partitions, agent_indexes=agent_indexes, outcome=outcome)
+        _swap(agent_indexes=agent_indexes, outcome=outcome)
         lap("swap")
     except BaseException:
         if not connection.in_atomic_block:  # leave the old table as it was: no trigger, no shadow
