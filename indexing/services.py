@@ -272,7 +272,10 @@ def _files_chunked(*, files, outcomes, identity) -> tuple[list, dict[str, str]]:
     unchanged = [f.pk for f in files if f.indexed_hash == f.content_hash]
     if identity is not None and unchanged:
         lacking_vectors = set(
-            Chunk.objects.filter(file_id__in=unchanged).exclude(embedding_identity=identity_key).values_list("file_id", flat=True).distinct()
+            Chunk.objects.filter(agent_id__in={f.agent_id for f in files}, file_id__in=unchanged)
+            .exclude(embedding_identity=identity_key)
+            .values_list("file_id", flat=True)
+            .distinct()
         )
     work: list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]] = []
     indexed_texts: dict[str, str] = {}  # digest -> what is embedded and keyword-indexed (chunk_indexed_text)
@@ -399,7 +402,7 @@ def _chunks_copy(rows: list[tuple]) -> None:
                 copy.write_row(row)
 
 
-def _chunk_vectors_fill(*, file_ids: list[int], vectors: dict, identity) -> int:
+def _chunk_vectors_fill(*, agent_ids: set[int], file_ids: list[int], vectors: dict, identity) -> int:
     """Give every chunk of these files whose text has a vector in ``vectors`` (text hash → vector) that
     vector, unless it has one of this identity already. By text hash: a vector belongs to its text, so
     this is right whichever version of a file the chunk belongs to. Returns the rows changed."""
@@ -413,10 +416,10 @@ def _chunk_vectors_fill(*, file_ids: list[int], vectors: dict, identity) -> int:
         cursor.execute(
             f"UPDATE {CHUNK} AS c SET embedding = v.embedding::vector, embedding_identity = %s, "
             "embedding_dimensions = %s FROM unnest(%s::text[], %s::text[]) AS v(text_hash, embedding) "
-            "WHERE c.file_id = ANY(%s) AND c.text_hash = v.text_hash AND c.embedding_identity <> %s",
+            "WHERE c.agent_id = ANY(%s) AND c.file_id = ANY(%s) AND c.text_hash = v.text_hash AND c.embedding_identity <> %s",
             [
                 identity.key, identity.dimensions, digests, [Vector._to_db(vectors[d]) for d in digests],
-                sorted(file_ids), identity.key,
+                sorted(agent_ids), sorted(file_ids), identity.key,
             ],
         )
         return cursor.rowcount
@@ -479,9 +482,12 @@ def _files_chunks_write(
         live_ids = {f.pk for f in live}
         live_work = [(f, spans) for f, spans in work if f.pk in live_ids]
         if live_work:
+            agent_ids = {f.agent_id for f, _ in live_work}
             old_rows: dict[int, list[tuple]] = {}
             for file_id, *row in (
-                Chunk.objects.filter(file_id__in=[f.pk for f, _ in live_work])
+                # The agents named too, here and below: the chunk table is partitioned by agent, and
+                # a statement without it plans and locks every partition (indexing/partitions.py).
+                Chunk.objects.filter(agent_id__in=agent_ids, file_id__in=[f.pk for f, _ in live_work])
                 .order_by("file_id", "ordinal")
                 .values_list("file_id", "ordinal", "start_line", "end_line", "text_hash")
             ):
@@ -513,9 +519,9 @@ def _files_chunks_write(
                         )
                     )
             if rewritten:
-                Chunk.objects.filter(file_id__in=rewritten).delete()
+                Chunk.objects.filter(agent_id__in=agent_ids, file_id__in=rewritten).delete()
                 _chunks_copy(rows)
-            _chunk_vectors_fill(file_ids=kept, vectors=kept_vectors, identity=identity)
+            _chunk_vectors_fill(agent_ids=agent_ids, file_ids=kept, vectors=kept_vectors, identity=identity)
 
         awaiting = [(f, spans) for f, spans in live_work if any(digest in missing for _, digest in spans)]
         awaiting_ids = {f.pk for f, _ in awaiting}
@@ -549,7 +555,9 @@ def _files_vectors_fill(*, awaiting, outcomes, vectors: dict, identity, job_id, 
     files = [f for f, _ in awaiting]
     with transaction.atomic():
         live, current = _files_live(files=files, outcomes=outcomes)
-        _chunk_vectors_fill(file_ids=[f.pk for f in files], vectors=vectors, identity=identity)
+        _chunk_vectors_fill(
+            agent_ids={f.agent_id for f in files}, file_ids=[f.pk for f in files], vectors=vectors, identity=identity
+        )
         _files_settle(files=live, outcomes=outcomes, now=now)
         owners = {current[f.pk]["job_id"] for f in live if current[f.pk]["job_id"] is not None}
         _jobs_count(

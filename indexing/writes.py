@@ -414,7 +414,7 @@ def workspace_sync(
         chunks_removed = 0
         if doomed:
             doomed_ids = [file_id for file_id, _, _ in doomed]
-            chunks_removed = Chunk.objects.filter(file_id__in=doomed_ids).count()
+            chunks_removed = Chunk.objects.filter(agent=agent, file_id__in=doomed_ids).count()
             MemoryFile.objects.filter(agent=agent, id__in=doomed_ids).delete()
             outcome.deleted = sorted(path for _, path, _ in doomed)
         if changed or doomed:
@@ -484,7 +484,7 @@ def file_delete(*, agent: Agent, path: str, expected_hash: str | None = None) ->
             raise NotFound(f"No file {path!r}.", code="not_found")
         files_lock([memory_file.pk])  # before its chunks (lock order)
         _expected_hash_check(path=path, memory_file=memory_file, expected_hash=expected_hash)
-        chunks_removed = Chunk.objects.filter(file_id=memory_file.pk).count()
+        chunks_removed = Chunk.objects.filter(agent=agent, file_id=memory_file.pk).count()
         memory_file.delete()
         return IndexJob.objects.create(
             agent=agent, trigger=Trigger.DELETE, state=JobState.DONE, files_seen=1, files_removed=1,

@@ -461,6 +461,12 @@ MEMORYHUB_RERANK_API_KEY = env_str("MEMORYHUB_RERANK_API_KEY")
 MEMORYHUB_RERANK_TOP_N = env_int("MEMORYHUB_RERANK_TOP_N", 20, minimum=2, maximum=1000)
 MEMORYHUB_RERANK_TIMEOUT = env_float("MEMORYHUB_RERANK_TIMEOUT", 1.5, minimum=0.05)
 
+# The chunk table is hash-partitioned by agent into this many tables (indexing/partitions.py): each
+# agent's own indexes are planned, locked and built with its partition alone. Read when the table is
+# created (migration indexing/0007) and as the default of `manage.py chunk_partition`, which changes it
+# online; 0 = one plain table.
+MEMORYHUB_CHUNK_PARTITIONS = env_int("MEMORYHUB_CHUNK_PARTITIONS", 64, minimum=0, maximum=1024)
+
 # Vector index (search/vector.py, search/vector_index.py). pgvector#259: an HNSW index over every agent
 # loses recall once the query is filtered to one agent, so small agents are searched exactly and big
 # agents get a partial HNSW index of their own, built in the background by the `vector_indexes` task.

@@ -35,6 +35,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from indexing.partitions import agent_chunk_table, chunk_tables_condition
 from indexing.tables import CHUNK
 from search.ddl import advisory_lock, concurrently_clause
 from search.models import KeywordAgentStats, KeywordTermStats
@@ -53,14 +54,26 @@ def agent_keyword_index_name(agent_id: int) -> str:
     return f"chunk_gin_a{int(agent_id)}"
 
 
+def agent_keyword_index_create(*, agent_id: int, concurrently: str = "") -> str:
+    """Build the agent's GIN index (``concurrently``: concurrently_clause()) and return its name."""
+    name = agent_keyword_index_name(agent_id)
+    with connection.cursor() as cursor:
+        # Serves search/keyword.py: search_vector @@ query AND agent_id = X, for this agent only; on the
+        # agent's partition (indexing/partitions.py), so the build reads that partition only.
+        cursor.execute(
+            f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {agent_chunk_table(agent_id=agent_id)} '
+            f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
+        )
+    return name
+
+
 def keyword_indexes() -> dict[str, bool]:
     """The per-agent GIN indexes: name → usable (False after an interrupted CREATE INDEX CONCURRENTLY)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, i.indisvalid AND i.indisready FROM pg_class c "
             "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid "
-            "WHERE t.relname = %s AND c.relname LIKE 'chunk\\_gin\\_a%%'",
-            [CHUNK],
+            f"WHERE {chunk_tables_condition('t')} AND c.relname LIKE 'chunk\\_gin\\_a%'"
         )
         return {name: bool(valid) for name, valid in cursor.fetchall() if GIN_INDEX_NAME_PATTERN.match(name)}
 
@@ -175,11 +188,7 @@ def keyword_stats_sync(*, min_chunks: int | None = None) -> KeywordStatsOutcome:
             if name in kept_indexes:
                 continue
             started = time.monotonic()
-            # Serves search/keyword.py: search_vector @@ query AND agent_id = X, for this agent only.
-            cursor.execute(
-                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {CHUNK} '
-                f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
-            )
+            agent_keyword_index_create(agent_id=agent_id, concurrently=concurrently)
             outcome.index_seconds[name] = time.monotonic() - started
             outcome.indexes_created.append(name)
             logger.info("built %s (%d chunks) in %.1f s", name, sizes[agent_id], outcome.index_seconds[name])

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from indexing.embedding_identity import configured_identity
+from indexing.partitions import agent_chunk_table, chunk_tables_condition
 from indexing.tables import CHUNK
 from memoryhub.replicas import read_connection
 from search.ddl import advisory_lock, concurrently_clause
@@ -36,6 +37,22 @@ ADVISORY_LOCK_KEY = 0x6D68_7665  # "mhve"
 
 def agent_vector_index_name(*, agent_id: int, dimensions: int) -> str:
     return f"chunk_hnsw_a{int(agent_id)}_d{int(dimensions)}"
+
+
+def agent_vector_index_create(*, agent_id: int, dimensions: int, concurrently: str = "") -> str:
+    """Build the agent's HNSW index (``concurrently``: concurrently_clause()) and return its name."""
+    name = agent_vector_index_name(agent_id=agent_id, dimensions=dimensions)
+    with connection.cursor() as cursor:
+        # Serves search/vector.py's HNSW plan: ORDER BY embedding::vector(D) <=> q for this agent. On the
+        # agent's partition (indexing/partitions.py): the build reads that partition only.
+        cursor.execute(
+            f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {agent_chunk_table(agent_id=agent_id)} '
+            f"USING hnsw ((embedding::vector({int(dimensions)})) vector_cosine_ops) "
+            f"WITH (m = {int(settings.MEMORYHUB_VECTOR_HNSW_M)}, "
+            f"ef_construction = {int(settings.MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION)}) "
+            f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dimensions)}"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -67,8 +84,7 @@ def vector_indexes_list() -> list[AgentVectorIndex]:
         cursor.execute(
             "SELECT c.relname, i.indisvalid AND i.indisready, c.reltuples FROM pg_class c "
             "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid "
-            "WHERE t.relname = %s AND c.relname LIKE 'chunk\\_hnsw\\_a%%' ORDER BY c.relname",
-            [CHUNK],
+            f"WHERE {chunk_tables_condition('t')} AND c.relname LIKE 'chunk\\_hnsw\\_a%' ORDER BY c.relname"
         )
         rows = cursor.fetchall()
     indexes = []
@@ -139,14 +155,7 @@ def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
             if count < min_chunks or name in outcome.kept:
                 continue
             started = time.monotonic()
-            # Serves search/vector.py's HNSW plan: ORDER BY embedding::vector(D) <=> q for this agent.
-            cursor.execute(
-                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {CHUNK} '
-                f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
-                f"WITH (m = {int(settings.MEMORYHUB_VECTOR_HNSW_M)}, "
-                f"ef_construction = {int(settings.MEMORYHUB_VECTOR_HNSW_EF_CONSTRUCTION)}) "
-                f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dims)}"
-            )
+            agent_vector_index_create(agent_id=agent_id, dimensions=dims, concurrently=concurrently)
             outcome.seconds[name] = time.monotonic() - started
             outcome.created.append(name)
             logger.info("built %s (%d chunks) in %.1f s", name, count, outcome.seconds[name])

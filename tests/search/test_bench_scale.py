@@ -3,6 +3,7 @@ tables, the index tasks' code, VACUUM), measures, and drops it. A schema change 
 (a new NOT NULL column without a database default did) fails here rather than in a manual run."""
 
 import gc
+import re
 from io import StringIO
 
 import pytest
@@ -18,8 +19,10 @@ TOUCHED = (
 
 
 @pytest.mark.django_db(transaction=True)
-def test_bench_scale_builds_measures_and_drops_its_database():
-    saved = {name: getattr(settings, name) for name in TOUCHED}
+@pytest.mark.parametrize("partitions", [8, 0], ids=["partitioned", "one-table"])
+def test_bench_scale_builds_measures_and_drops_its_database(partitions):
+    saved = {name: getattr(settings, name) for name in TOUCHED + ("MEMORYHUB_CHUNK_PARTITIONS",)}
+    settings.MEMORYHUB_CHUNK_PARTITIONS = partitions  # read by the throw-away database's migration
     out = StringIO()
     try:
         call_command(
@@ -49,6 +52,10 @@ def test_bench_scale_builds_measures_and_drops_its_database():
     assert float(budget_row.rstrip(" |").rsplit("|", 1)[1]) > 0
     # catalog mode: 3 more agents' GIN + HNSW indexes, the big agent measured with and without them
     assert "catalog: 6 more partial indexes (3 agents x GIN + HNSW)" in report
+    assert (f"chunk table: {partitions} partitions by agent" if partitions else "chunk table: one table") in report
+    assert "database size: " in report
+    counts = re.search(r"\| big agent \| (\d+) indexes on the chunk table \| (\d+) indexes \|", report)
+    assert int(counts[2]) == int(counts[1]) + 6 and int(counts[1]) >= 5  # the shared indexes and the run's own
     assert "| hybrid memory_search, p50 / p95 |" in report and "| COPY of 7,000 chunk rows (one new agent) |" in report
     assert "dropped database test_memoryhub_bench_scale_smoke" in report
     with connection.cursor() as cursor:
@@ -66,3 +73,25 @@ def test_tie_aware_overlap_counts_a_result_tied_with_the_tenth_exact_score():
     assert exact.tie_aware_overlap([*range(1, 10), 13]) == 0.9  # 13 scores below the 10th
     assert exact.tie_aware_overlap([*range(1, 10), 99]) == 0.9  # not among the exact scores read: below them
     assert ExactTop(top10=[1, 2], scores={1: 2.0, 2: 2.0, 3: 2.0}, tenth=2.0, truncated=True).tie_aware_overlap([3, 4]) == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_build_probe_times_one_agents_index_builds_as_the_table_grows():
+    saved = {name: getattr(settings, name) for name in TOUCHED}
+    out = StringIO()
+    try:
+        call_command(
+            "bench_scale", dims=16, build_probe="1500,4000", probe_chunks=300,
+            database="test_memoryhub_bench_scale_probe", stdout=out,
+        )
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)
+    report = out.getvalue()
+    rows = [line for line in report.splitlines() if line.startswith("| 1,500 rows |") or line.startswith("| 4,000 rows |")]
+    assert len(rows) == 2
+    # Partitioned by agent: each build reads the probe agent's partition, a small part of the table.
+    partition_rows = [int(row.split("|")[2].split("(")[0].replace(",", "")) for row in rows]
+    assert all(300 <= n < 4000 for n in partition_rows) and "indexing_chunk_p" in rows[1]
+    assert "ratio 4,000 / 1,500 rows: GIN " in report
+    assert "dropped database test_memoryhub_bench_scale_probe" in report

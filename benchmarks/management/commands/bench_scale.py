@@ -111,6 +111,18 @@ class Command(BaseCommand):
             "of their own (as keyword_stats and vector_indexes do for large agents) and measure the big agent again "
             "(0 = off).",
         )
+        parser.add_argument(
+            "--catalog-rounds", type=int, default=1,
+            help="Catalog mode: measure without and with the extra indexes this many times, alternating (the "
+            "indexes are dropped and rebuilt between rounds: cheap on a partitioned table, minutes on one table).",
+        )
+        parser.add_argument(
+            "--build-probe", default="",
+            help="Build-probe mode, instead of everything else: grow the table to each of these row counts "
+            "(comma-separated, e.g. 100000,1000000; 1,000 more agents per step) and time the GIN and HNSW index "
+            "builds of a new agent of --probe-chunks chunks at each.",
+        )
+        parser.add_argument("--probe-chunks", type=int, default=5000, help="Chunks of the build probe's agent (default 5,000).")
         parser.add_argument("--seed", type=int, default=20261123)
 
     def handle(self, *args, **options):
@@ -169,6 +181,10 @@ class Command(BaseCommand):
 
         opts = self.options
         rng = np.random.default_rng(opts["seed"])
+        if opts["build_probe"]:
+            self.vocabulary = self.make_vocabulary(rng)
+            self.build_probe(rng, [int(n) for n in opts["build_probe"].split(",") if n.strip()])
+            return
         sizes = self.agent_sizes(rng)
         self.vocabulary = self.make_vocabulary(rng)
         agent_ids = self.create_agents(len(sizes))
@@ -282,6 +298,69 @@ class Command(BaseCommand):
         if opts["catalog"]:
             self.catalog(rng, agent_ids[0], centers[0], opts["catalog"])
 
+    # --- build-probe mode --------------------------------------------------------------------------
+
+    PROBE_FILLER_AGENTS = 1000
+
+    def build_probe(self, rng, targets: list[int]) -> None:
+        """How long one --probe-chunks agent's GIN and HNSW index builds take (the services' own DDL, built
+        CONCURRENTLY as the tasks build them) when the table holds each of ``targets`` rows: on one table
+        a build reads every row, on a table partitioned by agent only the agent's partition."""
+        from indexing.partitions import agent_chunk_table, chunk_partitions
+        from search.ddl import concurrently_clause
+        from search.keyword_stats import agent_keyword_index_create
+        from search.vector_index import agent_vector_index_create
+
+        dims, probe_chunks, loaded, results = self.options["dims"], self.options["probe_chunks"], 0, []
+        for step, target in enumerate(targets):
+            filler = target - loaded - probe_chunks
+            if filler < 1:
+                raise CommandError(f"--build-probe: {target:,} rows leave no room for other agents after the step before")
+            agents = min(self.PROBE_FILLER_AGENTS, filler)
+            ids = self.create_agents(agents + 1, prefix=f"probe{step}")
+            each = filler // agents
+            sizes = [each] * agents
+            sizes[0] += filler - sum(sizes)
+            dropped = self.drop_chunk_indexes()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT coalesce(max(id), 0) FROM indexing_memoryfile")
+                (file_id_start,) = cursor.fetchone()
+            started = time.monotonic()
+            self.load(rng, ids, sizes + [probe_chunks], file_id_start=file_id_start)
+            with connection.cursor() as cursor:
+                cursor.execute("SET maintenance_work_mem = '1GB'")
+                for _, definition in dropped:
+                    cursor.execute(definition)
+                cursor.execute("VACUUM (ANALYZE) indexing_chunk")
+                cursor.execute("RESET maintenance_work_mem")  # the tasks build with the server's setting
+            loaded = target
+            probe = ids[-1]
+            table = agent_chunk_table(agent_id=probe)
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT count(*) FROM {table}")
+                (table_rows,) = cursor.fetchone()
+            self.out(f"table at {target:,} rows: loaded and indexed in {time.monotonic() - started:.1f} s")
+            timings = {}
+            for label, build in (
+                ("gin", lambda: agent_keyword_index_create(agent_id=probe, concurrently=concurrently_clause())),
+                ("hnsw", lambda: agent_vector_index_create(agent_id=probe, dimensions=dims, concurrently=concurrently_clause())),
+            ):
+                started = time.perf_counter()
+                build()
+                timings[label] = time.perf_counter() - started
+            results.append((target, table, table_rows, timings))
+        partitions = chunk_partitions()
+        self.out("")
+        self.out(f"| chunk table ({f'{partitions} partitions by agent' if partitions else 'one table'}) | rows the build reads "
+                 f"(the agent's {'partition' if partitions else 'table'}) | GIN build, {probe_chunks:,}-chunk agent | HNSW build |")
+        self.out("|---|---|---|---|")
+        for target, table, table_rows, timings in results:
+            self.out(f"| {target:,} rows | {table_rows:,} ({table}) | {timings['gin']:.2f} s | {timings['hnsw']:.2f} s |")
+        if len(results) > 1:
+            first, last = results[0][3], results[-1][3]
+            self.out(f"ratio {results[-1][0]:,} / {results[0][0]:,} rows: GIN {last['gin'] / first['gin']:.2f}, "
+                     f"HNSW {last['hnsw'] / first['hnsw']:.2f}, both {sum(last.values()) / sum(first.values()):.2f}")
+
     # --- catalog mode ------------------------------------------------------------------------------
 
     def catalog(self, rng, big_id: int, big_centers, extra: int) -> None:
@@ -291,8 +370,9 @@ class Command(BaseCommand):
         search/keyword_stats.py and search/vector_index.py; the agents hold no rows, which changes nothing
         for planning, locking or a COPY: every partial index's predicate is checked on every row)."""
         from agents.models import Agent
-        from search.keyword_stats import agent_keyword_index_name
-        from search.vector_index import agent_vector_index_name
+        from indexing.partitions import chunk_partitions
+        from search.keyword_stats import agent_keyword_index_create, agent_keyword_index_name
+        from search.vector_index import agent_vector_index_create, agent_vector_index_name
 
         opts, dims = self.options, self.options["dims"]
         team_id = Agent.objects.get(pk=big_id).team_id
@@ -330,31 +410,43 @@ class Command(BaseCommand):
             agent.delete()
             return figures
 
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'indexing_chunk'")
-            (before_count,) = cursor.fetchone()
-        before = measure()
+        before_count = self.chunk_index_count()
         ids = [a.pk for a in Agent.objects.bulk_create(
             [Agent(slug=f"bench-catalog-{i:05d}", name=f"catalog {i}", team_id=team_id) for i in range(extra)]
         )]
-        started = time.monotonic()
-        with connection.cursor() as cursor:
+
+        def build() -> float:
+            started = time.monotonic()
             for agent_id in ids:
-                cursor.execute(
-                    f'CREATE INDEX "{agent_keyword_index_name(agent_id)}" ON indexing_chunk '
-                    f"USING gin (search_vector) WHERE agent_id = {int(agent_id)}"
-                )
-                cursor.execute(
-                    f'CREATE INDEX "{agent_vector_index_name(agent_id=agent_id, dimensions=dims)}" ON indexing_chunk '
-                    f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) "
-                    f"WHERE agent_id = {int(agent_id)} AND embedding_dimensions = {int(dims)}"
-                )
-        build_seconds = time.monotonic() - started
-        after = measure()
+                agent_keyword_index_create(agent_id=agent_id)
+                agent_vector_index_create(agent_id=agent_id, dimensions=dims)
+            return time.monotonic() - started
+
+        # Rounds alternate without and with the extra indexes (dropped and rebuilt between them), so a
+        # change of load on a shared machine falls on both sides.
+        befores, afters = [], []
+        for round_number in range(opts["catalog_rounds"]):
+            if round_number:
+                with connection.cursor() as cursor:
+                    for agent_id in ids:
+                        cursor.execute(f'DROP INDEX "{agent_keyword_index_name(agent_id)}"')
+                        cursor.execute(f'DROP INDEX "{agent_vector_index_name(agent_id=agent_id, dimensions=dims)}"')
+            befores.append(measure())
+            seconds = build()
+            build_seconds = seconds if not round_number else build_seconds
+            afters.append(measure())
+        before = {key: [v for m in befores for v in m[key]] for key in ("hybrid", "planning", "first")}
+        after = {key: [v for m in afters for v in m[key]] for key in ("hybrid", "planning", "first")}
+        before["copy_s"] = statistics.median(m["copy_s"] for m in befores)
+        after["copy_s"] = statistics.median(m["copy_s"] for m in afters)
         self.out("")
+        partitions = chunk_partitions()
+        layout = f"{partitions} partitions by agent" if partitions else "one table"
         self.out(f"catalog: {2 * extra:,} more partial indexes ({extra:,} agents x GIN + HNSW) built in {build_seconds:.1f} s "
-                 f"({build_seconds / (2 * extra) * 1000:.0f} ms each: each reads the whole chunk table)")
-        self.out(f"| big agent | {before_count} indexes on the chunk table | {before_count + 2 * extra:,} indexes | ratio |")
+                 f"({build_seconds / (2 * extra) * 1000:.0f} ms each: each reads "
+                 f"{'its agent' + chr(39) + 's partition' if partitions else 'the whole chunk table'}); chunk table: {layout}; "
+                 f"{opts['catalog_rounds']} round(s) without and with them")
+        self.out(f"| big agent | {before_count} indexes on the chunk table | {self.chunk_index_count():,} indexes | ratio |")
         self.out("|---|---|---|---|")
         for label, key in (("hybrid memory_search", "hybrid"), ("planning of one keyword statement", "planning"),
                            ("first statement on a new connection", "first")):
@@ -363,8 +455,20 @@ class Command(BaseCommand):
             b50, a50 = percentile(before[key], 0.5), percentile(after[key], 0.5)
             b95, a95 = percentile(before[key], 0.95), percentile(after[key], 0.95)
             self.out(f"| {label}, p50 / p95 | {b50:.2f} / {b95:.2f} ms | {a50:.2f} / {a95:.2f} ms | {a50 / b50:.2f} / {a95 / b95:.2f} |")
-        self.out(f"| COPY of 7,000 chunk rows (one new agent) | {before['copy_s']:.2f} s | {after['copy_s']:.2f} s | "
+        copy_label = "COPY of 7,000 chunk rows (one new agent)" + (", median of the rounds" if opts["catalog_rounds"] > 1 else "")
+        self.out(f"| {copy_label} | {before['copy_s']:.2f} s | {after['copy_s']:.2f} s | "
                  f"{after['copy_s'] / before['copy_s']:.2f} |")
+
+    def chunk_index_count(self) -> int:
+        """Indexes of the chunk table, a partitioned one's shared indexes counted once (as on one table)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE i.indrelid IN (SELECT 'indexing_chunk'::regclass UNION ALL "
+                "                     SELECT inhrelid FROM pg_inherits WHERE inhparent = 'indexing_chunk'::regclass) "
+                "AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid)"
+            )
+            return cursor.fetchone()[0]
 
     def keyword_budgets(self, agent_id: int, texts: list[str]) -> None:
         """How much of an exact BM25 top 10 the keyword half keeps for a large agent, per row budget
@@ -524,21 +628,23 @@ class Command(BaseCommand):
         ranks = rng.zipf(1.3, count)
         return np.minimum(ranks, len(self.vocabulary)) - 1
 
-    def create_agents(self, count: int) -> list[int]:
+    def create_agents(self, count: int, prefix: str = "bench") -> list[int]:
         from agents.models import Agent
         from agents.services import team_default
 
         team = team_default()
-        agents = Agent.objects.bulk_create([Agent(slug=f"bench-{i:05d}", name=f"bench {i}", team=team) for i in range(count)])
+        agents = Agent.objects.bulk_create([Agent(slug=f"{prefix}-{i:05d}", name=f"{prefix} {i}", team=team) for i in range(count)])
         return [agent.id for agent in agents]
 
     def drop_chunk_indexes(self) -> list[tuple[str, str]]:
+        """Drop the chunk table's secondary indexes (on a partitioned table, with each partition's copy);
+        returns their names and the statements that rebuild them."""
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'indexing_chunk' "
-                "AND indexname <> 'indexing_chunk_pkey'"
+                "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE i.indrelid = 'indexing_chunk'::regclass AND NOT i.indisprimary"
             )
-            indexes = cursor.fetchall()
+            indexes = [(name, definition.replace(" ON ONLY ", " ON ", 1)) for name, definition in cursor.fetchall()]
             for name, _ in indexes:
                 cursor.execute(f'DROP INDEX "{name}"')
         return indexes
@@ -756,14 +862,18 @@ class Command(BaseCommand):
 
     def report_sizes(self) -> None:
         with connection.cursor() as cursor:
+            # Summed over the partitions when the table is partitioned (indexing/partitions.py).
             cursor.execute(
-                "SELECT pg_database_size(current_database()), pg_total_relation_size('indexing_chunk'), "
-                "pg_relation_size('indexing_chunk'), "
+                "WITH tables AS (SELECT 'indexing_chunk'::regclass AS relid UNION ALL "
+                "                SELECT inhrelid FROM pg_inherits WHERE inhparent = 'indexing_chunk'::regclass) "
+                "SELECT pg_database_size(current_database()), "
+                "(SELECT sum(pg_total_relation_size(relid)) FROM tables), (SELECT sum(pg_relation_size(relid)) FROM tables), "
                 "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
-                " WHERE relname = 'indexing_chunk' AND indexrelname LIKE 'chunk\\_hnsw\\_%%'), "
-                "pg_relation_size('chunk_search_vector_gin'), "
+                " WHERE relid IN (SELECT relid FROM tables) AND indexrelname LIKE 'chunk\\_hnsw\\_%%'), "
+                "pg_relation_size('chunk_search_vector_gin') + (SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) "
+                " FROM pg_inherits WHERE inhparent = 'chunk_search_vector_gin'::regclass), "
                 "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
-                " WHERE relname = 'indexing_chunk' AND indexrelname LIKE 'chunk\\_gin\\_a%%')"
+                " WHERE relid IN (SELECT relid FROM tables) AND indexrelname LIKE 'chunk\\_gin\\_a%%')"
             )
             database, chunks_total, chunks_heap, hnsw, gin, agent_gin = cursor.fetchone()
         mb = 1024 * 1024
