@@ -8,7 +8,9 @@ the top of the stack, without a database query, so a client that ignores Retry-A
 other tenants as little as a request can. The same middleware caps the requests one token has in
 progress in this process (MEMORYHUB_TOKEN_MAX_CONCURRENT): a rate bounds requests over time, the cap
 bounds the threads one tenant can hold at any moment, so a burst of slow requests from one agent cannot
-leave the others waiting for a thread.
+leave the others waiting for a thread. A token past its rate is a flood, not a burst: for a minute after
+its last 429 it has MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED requests in progress at most (1), so what the
+rate still admits of it is served one request at a time beside the other tenants' requests.
 """
 
 import math
@@ -29,6 +31,8 @@ _penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → mono
 _penalties_lock = threading.Lock()
 _in_progress: dict[str, int] = {}  # token digest → requests of it being served by this process
 _in_progress_lock = threading.Lock()
+_limited: dict[str, float] = {}  # token digest → monotonic time until which the token has the lower cap
+LIMITED_SECONDS = 60.0
 
 
 def request_bucket(method: str, path: str) -> str:
@@ -68,11 +72,14 @@ def rate_limit_check(*, token: AgentToken, bucket: str) -> None:
                 now = time.monotonic()
                 for key in [key for key, until in _penalties.items() if until <= now]:
                     del _penalties[key]
+                for key in [key for key, until in _limited.items() if until <= now]:
+                    del _limited[key]
             # Until the Retry-After the client is told, not only until the limiter's own (often
             # sub-second) wait: a client that comes back sooner than told is refused by the middleware,
             # before authentication, the database and Redis. Under a flood that ignores Retry-After
             # this is most requests; the limiter still decides what is admitted once the wait is over.
             _penalties[(token.digest, bucket)] = time.monotonic() + retry_after(wait)
+        _limited[token.digest] = time.monotonic() + LIMITED_SECONDS
         raise RateLimited(bucket=bucket, rate=rate, wait=wait)
 
 
@@ -118,10 +125,16 @@ class RateLimitedTokensMiddleware:
             return self.get_response(request)
         digest = token_digest(raw.strip())
         bucket = request_bucket(request.method, request.path)
-        wait = _penalties.get((digest, bucket), 0.0) - time.monotonic() if _penalties else 0.0
+        now = time.monotonic()
+        wait = _penalties.get((digest, bucket), 0.0) - now if _penalties else 0.0
         if wait > 0:
+            _limited[digest] = now + LIMITED_SECONDS  # still sending before the told wait: still a flood
             return _too_many(bucket, f"Too many {bucket} requests for this token. Retry in {wait:.1f} s.", wait)
-        cap = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT
+        cap, why = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT, ""
+        if _limited and _limited.get(digest, 0.0) > now and settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED:
+            limited_cap = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED
+            cap = min(cap, limited_cap) if cap else limited_cap
+            why = " while it is over its rate limit"
         if not cap:
             return self.get_response(request)
         with _in_progress_lock:
@@ -129,7 +142,9 @@ class RateLimitedTokensMiddleware:
             if busy < cap:
                 _in_progress[digest] = busy + 1
         if busy >= cap:
-            return _too_many(bucket, f"Too many requests in progress for this token (at most {cap} at once). Retry in 1 s.", 1)
+            return _too_many(
+                bucket, f"Too many requests in progress for this token (at most {cap} at once{why}). Retry in 1 s.", 1
+            )
         try:
             return self.get_response(request)
         finally:

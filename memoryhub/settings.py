@@ -542,6 +542,10 @@ MEMORYHUB_TEAM_RATE_LIMIT = rate_parse(env_str("MEMORYHUB_TEAM_RATE_LIMIT", "600
 # rate_limited with Retry-After 1, from the first middleware. With 8 threads a process, one tenant can
 # then never hold every thread, however it sends (agents/throttles.py).
 MEMORYHUB_TOKEN_MAX_CONCURRENT = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT", 4, minimum=0)
+# The same cap for a token that was answered 429 for its rate in this process within the last minute
+# (0 = no separate cap): a tenant past its rate is served one request at a time, so what it is still
+# admitted runs beside the other tenants' requests rather than several at once among them.
+MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED", 1, minimum=0)
 # Admin login: after this many failed attempts for one username from one address, that pair is locked
 # out (even with the right password) until this many seconds pass without another attempt.
 MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)

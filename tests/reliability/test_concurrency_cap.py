@@ -18,6 +18,7 @@ from agents.throttles import RateLimitedTokensMiddleware
 def own_counters(monkeypatch):
     monkeypatch.setattr(throttles, "_penalties", {})
     monkeypatch.setattr(throttles, "_in_progress", {})
+    monkeypatch.setattr(throttles, "_limited", {})
 
 
 class Held:
@@ -89,3 +90,55 @@ def test_zero_turns_the_cap_off_and_non_api_paths_are_never_counted(settings):
     inner = RateLimitedTokensMiddleware(lambda r: seen.append(dict(throttles._in_progress)) or JsonResponse({}))
     inner(request("mh_a", path="/admin/"))
     assert seen == [{}]
+
+
+def test_a_token_past_its_rate_is_served_one_request_at_a_time_for_a_minute(settings, monkeypatch, frozen_clock):
+    """A flood that the rate still admits part of: those requests run one at a time beside the other
+    tenants' instead of several at once among them."""
+    import uuid
+    from types import SimpleNamespace
+
+    from agents.services import token_digest
+    from memoryhub import ratelimit
+    from memoryhub.ratelimit import Rate
+
+    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-cap:{uuid.uuid4().hex}")
+    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 4
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED = 1
+    settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "write": Rate(10, 60)}
+    loud = SimpleNamespace(digest=token_digest("mh_loud"))
+    with pytest.raises(throttles.RateLimited):
+        for _ in range(2):  # a burst of one write, then the second is past the rate
+            throttles.rate_limit_check(token=loud, bucket="write")
+
+    held = Held()
+    middleware = RateLimitedTokensMiddleware(held)
+    answers = []
+    first = threading.Thread(target=lambda: answers.append(middleware(request("mh_loud"))))  # a search: another bucket
+    first.start()
+    assert held.entered.acquire(timeout=5)
+    refused = middleware(request("mh_loud"))
+    assert refused.status_code == 429
+    assert "at most 1 at once while it is over its rate limit" in json.loads(refused.content)["error"]["message"]
+    quiet = [threading.Thread(target=lambda: answers.append(middleware(request("mh_quiet")))) for _ in range(2)]
+    for thread in quiet:
+        thread.start()
+    for _ in quiet:
+        assert held.entered.acquire(timeout=5)  # a token within its rate keeps its 4
+    held.release.set()
+    for thread in [first, *quiet]:
+        thread.join(5)
+    assert [a.status_code for a in answers] == [200] * 3
+
+    frozen_clock.advance(throttles.LIMITED_SECONDS + 1)  # a minute without a 429: the usual cap again
+    held.release.clear()
+    again = [threading.Thread(target=lambda: answers.append(middleware(request("mh_loud")))) for _ in range(2)]
+    for thread in again:
+        thread.start()
+    for _ in again:
+        assert held.entered.acquire(timeout=5)
+    held.release.set()
+    for thread in again:
+        thread.join(5)
+    assert [a.status_code for a in answers] == [200] * 5
