@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.backends.postgresql.base import DatabaseWrapper
 from django.test.utils import CaptureQueriesContext
 
@@ -110,10 +110,15 @@ def wait_until_replica(condition_sql: str) -> None:
     target = _lsn(DEFAULT_DB_ALIAS, "SELECT pg_current_wal_lsn()::text")
     deadline = time.monotonic() + REPLAY_TIMEOUT_SECONDS
     while True:
-        with connections[ALIAS].cursor() as cursor:
-            cursor.execute(f"SELECT {condition_sql} >= %s::pg_lsn", [target])
-            if cursor.fetchone()[0]:
-                return
+        try:
+            with connections[ALIAS].cursor() as cursor:
+                cursor.execute(f"SELECT {condition_sql} >= %s::pg_lsn", [target])
+                if cursor.fetchone()[0]:
+                    return
+        except OperationalError:
+            # A replica just restarted may not take connections yet, and the pool retries with a backoff
+            # after the failures of its down time: the wait is for the replica, not for one attempt.
+            connections[ALIAS].close()
         assert time.monotonic() < deadline, f"the replica did not reach {target} in {REPLAY_TIMEOUT_SECONDS} s"
         time.sleep(0.05)
 
