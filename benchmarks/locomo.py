@@ -14,7 +14,7 @@ of 700-character snippets, MemoryHub's defaults). Recall, hit rate and MRR are a
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 SNIPPET_BUDGET = 4200  # characters of snippets an agent reads per question
@@ -173,6 +173,20 @@ def question_score(*, question: Question, turns: dict[str, TurnLine], results: l
         missed_in_shown_file=len(in_shown_file),
         missed_near_snippet=len(near),
     )
+
+
+def question_details(
+    *, set_name: str, conversation: Conversation, question: Question, score: QuestionScore, results: list[dict]
+) -> dict:
+    """One line of a benchmark's --details file: the question, where its evidence is, its score and the
+    results' places (not their snippets)."""
+    return {
+        "set": set_name, "conversation": conversation.sample_id, "part": conversation.part,
+        "question": question.text, "category": question.category,
+        "evidence": {key: [conversation.turns[key].path, conversation.turns[key].line] for key in question.evidence},
+        "score": asdict(score),
+        "results": [{k: r.get(k) for k in ("path", "start_line", "end_line", "score")} for r in results],
+    }
 
 
 @dataclass

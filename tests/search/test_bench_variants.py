@@ -26,10 +26,10 @@ def tiny_data(tmp_path):
     return path
 
 
-def test_each_variant_is_scored_with_its_own_settings(transactional_db, tiny_data, capsys):
+def test_each_variant_is_scored_with_its_own_settings(transactional_db, tiny_data, capsys, tmp_path):
     call_command(
         "bench_variants", "--data", str(tiny_data), "--only=locomo", "--part", "all", "--json",
-        "--variant", "short:MEMORYHUB_SEARCH_SNIPPET_CHARS=80",
+        "--variant", "short:MEMORYHUB_SEARCH_SNIPPET_CHARS=80", "--details", str(tmp_path / "details"),
     )
     report = json.loads(capsys.readouterr().out)
     by_variant = report["sets"]["locomo"]
@@ -40,6 +40,9 @@ def test_each_variant_is_scored_with_its_own_settings(transactional_db, tiny_dat
     assert by_variant["default"]["modes_answered"] == {"hybrid": 2}
     assert report["variants"] == {"default": {}, "short": {"MEMORYHUB_SEARCH_SNIPPET_CHARS": 80}}
     assert not Agent.objects.filter(slug__startswith="variants-").exists()  # cleaned up without --reuse
+    short = [json.loads(line) for line in (tmp_path / "details" / "short.jsonl").read_text().splitlines()]
+    assert sorted(line["score"]["recall"] for line in short) == [0.0, 1.0]  # the long turn's question finds nothing
+    assert all(line["set"] == "locomo" and line["results"] for line in short)
 
 
 def test_reuse_indexes_once_and_keeps_the_agents(transactional_db, tiny_data, capsys):

@@ -41,7 +41,7 @@ from django.core.management.base import BaseCommand, CommandError
 from agents.models import Agent
 from agents.services import agent_create, agent_token_create
 from benchmarks.bench_data import PARTS, dev_sets_load
-from benchmarks.locomo import percentile, question_score, scores_summary
+from benchmarks.locomo import percentile, question_details, question_score, scores_summary
 
 DATA_DIR = Path(settings.BASE_DIR).parent / "shared" / "data"
 DEFAULT_DATA = [DATA_DIR / "locomo-dev.json", DATA_DIR / "qmsum-dev.json"]
@@ -262,13 +262,10 @@ class Command(BaseCommand):
                 score = question_score(question=question, turns=conversation.turns, results=response["results"])
                 scores_by_part[conversation.part].append(score)
                 if details:
-                    details.write(json.dumps({
-                        "set": dev.name, "conversation": conversation.sample_id, "part": conversation.part,
-                        "question": question.text, "category": question.category,
-                        "evidence": {key: [conversation.turns[key].path, conversation.turns[key].line] for key in question.evidence},
-                        "score": asdict(score),
-                        "results": [{k: r.get(k) for k in ("path", "start_line", "end_line", "score")} for r in response["results"]],
-                    }) + "\n")
+                    line = question_details(
+                        set_name=dev.name, conversation=conversation, question=question, score=score, results=response["results"]
+                    )
+                    details.write(json.dumps(line) + "\n")
         everything = scores_by_part["tune"] + scores_by_part["confirm"]
         return {
             "conversations": len(dev.conversations),

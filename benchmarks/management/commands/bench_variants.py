@@ -31,7 +31,7 @@ from django.test import override_settings
 from agents.models import Agent
 from agents.services import agent_create
 from benchmarks.bench_data import PARTS, dev_sets_load
-from benchmarks.locomo import question_score, scores_summary
+from benchmarks.locomo import question_details, question_score, scores_summary
 from benchmarks.management.commands.bench_search import DEFAULT_DATA
 from indexing.embeddings import get_provider
 from indexing.models import MemoryFile
@@ -188,13 +188,11 @@ class Command(BaseCommand):
                 score = question_score(question=question, turns=conversation.turns, results=results)
                 scores[conversation.part].append(score)
                 if details:
-                    details.write(json.dumps({
-                        "set": dev.name, "conversation": conversation.sample_id, "part": conversation.part,
-                        "question": question.text[:300], "category": question.category,
-                        "evidence": {key: [conversation.turns[key].path, conversation.turns[key].line] for key in question.evidence},
-                        "score": asdict(score),
-                        "results": [{k: r[k] for k in ("path", "start_line", "end_line", "score")} for r in results],
-                    }) + "\n")
+                    line = question_details(
+                        set_name=dev.name, conversation=conversation, question=question, score=score, results=results
+                    )
+                    line["question"] = line["question"][:300]  # a dialogue-shaped query is a whole session
+                    details.write(json.dumps(line) + "\n")
         return {"modes_answered": dict(modes)} | {p: asdict(scores_summary(s, dev.categories)) for p, s in scores.items() if s}
 
     def _print_variant(self, name: str, values: dict, report: dict, *, seconds: float) -> None:
