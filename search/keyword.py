@@ -453,7 +453,8 @@ def _two_passes(
     dfs = plan.dfs
     chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
     searched = [kept[j] for j in chosen]
-    first = [" | ".join(terms[i] for i in searched)]
+    rarest = " | ".join(terms[i] for i in searched)  # pass 1's lexemes: what the later passes have read already
+    first = [rarest]
     pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1 :] if idfs[a] is not None and idfs[b] is not None]
     if capped and 0 < len(pairs) <= MAX_REACHING_SETS:
         # Every lexeme is common: SCORE_BUDGET chunks holding two of them set a higher bar for pass 2
@@ -469,7 +470,7 @@ def _two_passes(
         # Too few chunks hold the rarest lexemes to set a bar (a name found in 3 chunks, then common
         # words): up to SCORE_BUDGET chunks holding two of the others set one, as in the capped case.
         more, more_read = _pass(
-            sql, params, queries=rest_pairs, seen=" | ".join(terms[i] for i in searched), row_limit=SCORE_BUDGET
+            sql, params, queries=rest_pairs, seen=rarest, row_limit=SCORE_BUDGET
         )
         rows, read = _merged(rows, more, limit=limit), read + more_read
     threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
@@ -484,7 +485,7 @@ def _two_passes(
     row_limit = max(MAX_SCORED_ROWS - read, 1)
     more, more_read = _pass(
         sql, params, queries=[" & ".join(terms[rest[j]] for j in group) for group in sets],
-        seen=None if capped else " | ".join(terms[i] for i in searched), row_limit=row_limit,
+        seen=None if capped else rarest, row_limit=row_limit,
     )
     return _merged(rows, more, limit=limit), more_read < row_limit
 
