@@ -453,7 +453,7 @@ def _two_passes(
     dfs = plan.dfs
     chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
     searched = [kept[j] for j in chosen]
-    rarest = " | ".join(terms[i] for i in searched)  # pass 1's lexemes: what the later passes have read already
+    rarest = " | ".join(terms[i] for i in searched)  # uncapped, pass 1 reads every chunk holding one of these
     first = [rarest]
     pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1 :] if idfs[a] is not None and idfs[b] is not None]
     if capped and 0 < len(pairs) <= MAX_REACHING_SETS:
