@@ -74,13 +74,14 @@ def agent_chunk_table(*, agent_id: int) -> str:
         return _partition_of(cursor, table=CHUNK, agent_id=agent_id) or CHUNK
 
 
+# A subquery: the oids of the chunk table and of its partitions, where its rows and per-agent indexes live.
+CHUNK_TABLES = f"SELECT '{CHUNK}'::regclass UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = '{CHUNK}'::regclass"
+
+
 def chunk_tables_condition(alias: str = "t") -> str:
     """SQL true for the pg_class row ``alias`` when it is the chunk table or one of its partitions: where
     the per-agent indexes live."""
-    return (
-        f"{alias}.oid IN (SELECT '{CHUNK}'::regclass UNION ALL "
-        f"SELECT inhrelid FROM pg_inherits WHERE inhparent = '{CHUNK}'::regclass)"
-    )
+    return f"{alias}.oid IN ({CHUNK_TABLES})"
 
 
 # --- the online rebuild ----------------------------------------------------------------------------

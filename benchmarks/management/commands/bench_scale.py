@@ -461,12 +461,12 @@ class Command(BaseCommand):
 
     def chunk_index_count(self) -> int:
         """Indexes of the chunk table, a partitioned one's shared indexes counted once (as on one table)."""
+        from indexing.partitions import CHUNK_TABLES
+
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                "WHERE i.indrelid IN (SELECT 'indexing_chunk'::regclass UNION ALL "
-                "                     SELECT inhrelid FROM pg_inherits WHERE inhparent = 'indexing_chunk'::regclass) "
-                "AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid)"
+                f"WHERE i.indrelid IN ({CHUNK_TABLES}) AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid)"
             )
             return cursor.fetchone()[0]
 
@@ -861,11 +861,12 @@ class Command(BaseCommand):
         return found / (10 * len(queries))
 
     def report_sizes(self) -> None:
+        from indexing.partitions import CHUNK_TABLES
+
         with connection.cursor() as cursor:
             # Summed over the partitions when the table is partitioned (indexing/partitions.py).
             cursor.execute(
-                "WITH tables AS (SELECT 'indexing_chunk'::regclass AS relid UNION ALL "
-                "                SELECT inhrelid FROM pg_inherits WHERE inhparent = 'indexing_chunk'::regclass) "
+                f"WITH tables(relid) AS ({CHUNK_TABLES}) "
                 "SELECT pg_database_size(current_database()), "
                 "(SELECT sum(pg_total_relation_size(relid)) FROM tables), (SELECT sum(pg_relation_size(relid)) FROM tables), "
                 "(SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_stat_user_indexes "
