@@ -433,7 +433,8 @@ class Command(BaseCommand):
                         cursor.execute(f'DROP INDEX "{agent_vector_index_name(agent_id=agent_id, dimensions=dims)}"')
             befores.append(measure())
             seconds = build()
-            build_seconds = seconds if not round_number else build_seconds
+            if not round_number:
+                build_seconds = seconds  # the first build is the one reported
             afters.append(measure())
         before = {key: [v for m in befores for v in m[key]] for key in ("hybrid", "planning", "first")}
         after = {key: [v for m in afters for v in m[key]] for key in ("hybrid", "planning", "first")}
@@ -499,18 +500,23 @@ class Command(BaseCommand):
         finally:
             settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = exact_from
         in_process = self.bm25s_baseline(agent_id, texts)
+
+        def agreement(found: dict[str, list[int]]) -> tuple[float, float]:
+            """(plain, tie-aware) overlap of each query's top 10 in ``found`` with the exact one, averaged."""
+            plain = statistics.mean(len(set(found[t]) & set(exact[t].top10)) / max(1, len(exact[t].top10)) for t in texts)
+            return plain, statistics.mean(exact[t].tie_aware_overlap(found[t]) for t in texts)
+
         rows, yardstick = [], []
         for budget in budgets:
             with mock.patch.object(keyword, "SCORE_BUDGET", budget):
                 results = {t: self.keyword_half(agent_id, t) for t in texts}
-                if in_process is None:
-                    timings, beside = self.timed(lambda t: self.keyword_half(agent_id, t), texts), []
-                else:  # alternated query by query, so that both see the same load
-                    timings, beside = self.timed_alternately([lambda t: self.keyword_half(agent_id, t), in_process[1]], texts)
+                # With bm25s alternated query by query, so that both see the same load.
+                timings, *beside = self.timed_alternately(
+                    [lambda t: self.keyword_half(agent_id, t)] + ([in_process[1]] if in_process else []), texts
+                )
+            beside = beside[0] if beside else []
             yardstick += beside
-            found = {t: [hit.chunk_id for hit in results[t].hits[:10]] for t in texts}
-            overlap = statistics.mean(len(set(found[t]) & set(exact[t].top10)) / max(1, len(exact[t].top10)) for t in texts)
-            tie_aware = statistics.mean(exact[t].tie_aware_overlap(found[t]) for t in texts)
+            overlap, tie_aware = agreement({t: [hit.chunk_id for hit in results[t].hits[:10]] for t in texts})
             proven = [results[t].exact for t in texts if hasattr(results[t], "exact")]
             default = " (default)" if budget == keyword.SCORE_BUDGET else ""
             ratio = f"{statistics.median(timings) / statistics.median(beside):.2f}" if beside else "-"
@@ -521,9 +527,7 @@ class Command(BaseCommand):
                  "| p50 / p95 | p50 ÷ bm25s p50 |")
         self.out("|---|---|---|---|---|---|")
         if in_process is not None:
-            found = {t: in_process[1](t)[:10] for t in texts}
-            overlap = statistics.mean(len(set(found[t]) & set(exact[t].top10)) / max(1, len(exact[t].top10)) for t in texts)
-            tie_aware = statistics.mean(exact[t].tie_aware_overlap(found[t]) for t in texts)
+            overlap, tie_aware = agreement({t: in_process[1](t)[:10] for t in texts})
             self.out(f"| bm25s {bm25s_version()} in process (k1 {settings.MEMORYHUB_SEARCH_BM25_K1}, b {settings.MEMORYHUB_SEARCH_BM25_B}, the same lexemes) "
                      f"| {overlap:.3f} | {tie_aware:.3f} | - | {self.p(yardstick)} | 1.00 |")
         for row in rows:
@@ -825,18 +829,12 @@ class Command(BaseCommand):
         return search
 
     def timed(self, function, inputs) -> list[float]:
-        for value in inputs[:5]:  # warm the caches and the connection
-            function(value)
-        timings = []
-        for value in inputs:
-            started = time.perf_counter()
-            function(value)
-            timings.append((time.perf_counter() - started) * 1000)
-        return timings
+        return self.timed_alternately([function], inputs)[0]
 
     def timed_alternately(self, functions, inputs) -> list[list[float]]:
-        """Like timed, for several functions over the same inputs, one after the other on each input."""
-        for value in inputs[:5]:
+        """Milliseconds of each function on each input, the functions one after the other on each input
+        (so that they see the same load), after a warm-up on the first five."""
+        for value in inputs[:5]:  # warm the caches and the connection
             for function in functions:
                 function(value)
         timings = [[] for _ in functions]
