@@ -384,6 +384,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     plan = _stats_plan(agent_id=agent_id, lexemes=lexemes, terms=terms)
     if plan is None and _agent_size(agent_id, large_from + 1) > large_from:
         plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
+    exact = True
     if plan is None:
         sql = _EXACT_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where)
         with connection.cursor() as cursor:
@@ -405,13 +406,10 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
                 chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}"
             ),
         )
-        idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
         if not rows:
             return KeywordResult(hits=[], lexemes=lexemes, idf={}, exact=exact)
-        return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
-    if not rows:
-        return KeywordResult(hits=[], lexemes=lexemes, idf={})
-    return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf)
+        idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
+    return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
 
 
 def _hits(rows) -> list[KeywordHit]:
