@@ -119,6 +119,22 @@ def team_cast(db) -> TeamCast:
 
 
 @pytest.fixture
+def own_rate_limits(monkeypatch):
+    """The rate limiter's state of this test alone: its own Redis keys and in-process fallback store, and
+    no penalty, request in progress or lowered cap left by another test in this process's throttles."""
+    import uuid
+
+    from agents import throttles
+    from memoryhub import ratelimit
+
+    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
+    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
+    monkeypatch.setattr(throttles, "_penalties", {})
+    monkeypatch.setattr(throttles, "_in_progress", {})
+    monkeypatch.setattr(throttles, "_limited", {})
+
+
+@pytest.fixture
 def anonymous_client() -> APIClient:
     return APIClient()
 

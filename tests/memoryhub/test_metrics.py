@@ -115,16 +115,9 @@ def test_metrics_report_files_by_state_and_the_throttled_counter(alice, scrape, 
     assert ("memoryhub_index_queue_depth", ()) in samples
 
 
-def test_refused_requests_are_counted_by_limit_scope(alice, scrape, settings, monkeypatch):
-    import uuid
-
-    from agents import throttles
-    from memoryhub import ratelimit
+def test_refused_requests_are_counted_by_limit_scope(alice, scrape, settings, own_rate_limits):
     from memoryhub.ratelimit import Rate
 
-    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
-    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
-    monkeypatch.setattr(throttles, "_penalties", {})
     settings.MEMORYHUB_RATE_LIMITS = {"search": Rate(50, 60), "write": Rate(30, 60), "sync": Rate(20, 60), "read": Rate(500, 60)}
     before = scrape()
     statuses = [alice.client.post("/api/v1/search", {"query": "kettle"}, format="json").status_code for _ in range(8)]

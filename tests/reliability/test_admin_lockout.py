@@ -2,18 +2,13 @@
 and then the right one no longer logs in (it did before), other users are unaffected, and the lock
 lifts by itself."""
 
-import uuid
-
 import pytest
 from django.contrib.auth import get_user_model
 
 from memoryhub import ratelimit
 
 
-@pytest.fixture(autouse=True)
-def own_counters(monkeypatch):
-    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
-    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
+pytestmark = pytest.mark.usefixtures("own_rate_limits")
 
 
 @pytest.fixture

@@ -14,11 +14,7 @@ from agents import throttles
 from agents.throttles import RateLimitedTokensMiddleware
 
 
-@pytest.fixture(autouse=True)
-def own_counters(monkeypatch):
-    monkeypatch.setattr(throttles, "_penalties", {})
-    monkeypatch.setattr(throttles, "_in_progress", {})
-    monkeypatch.setattr(throttles, "_limited", {})
+pytestmark = pytest.mark.usefixtures("own_rate_limits")
 
 
 class Held:
@@ -92,18 +88,14 @@ def test_zero_turns_the_cap_off_and_non_api_paths_are_never_counted(settings):
     assert seen == [{}]
 
 
-def test_a_token_past_its_rate_is_served_one_request_at_a_time_for_a_minute(settings, monkeypatch, frozen_clock):
+def test_a_token_past_its_rate_is_served_one_request_at_a_time_for_a_minute(settings, frozen_clock):
     """A flood that the rate still admits part of: those requests run one at a time beside the other
     tenants' instead of several at once among them."""
-    import uuid
     from types import SimpleNamespace
 
     from agents.services import token_digest
-    from memoryhub import ratelimit
     from memoryhub.ratelimit import Rate
 
-    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-cap:{uuid.uuid4().hex}")
-    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
     settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 4
     settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED = 1
     settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "write": Rate(10, 60)}

@@ -3,21 +3,12 @@ and the same token's other kinds of request, are untouched; the allowance is spr
 a tenth of the limit, then one call per interval), not spent at the start of a window; with Redis down
 the limit still holds (per process)."""
 
-import uuid
-
 import pytest
 
-from memoryhub import ratelimit
 from memoryhub.ratelimit import Rate, rate_parse
 
 
-@pytest.fixture(autouse=True)
-def own_counters(monkeypatch, frozen_clock):
-    from agents import throttles
-
-    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
-    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
-    monkeypatch.setattr(throttles, "_penalties", {})
+pytestmark = pytest.mark.usefixtures("own_rate_limits", "frozen_clock")
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 its agents, with defaults from settings and per-team overrides; each refused with a 4xx JSON error that
 names the limit, and another team untouched."""
 
-import uuid
 from io import StringIO
 
 import pytest
@@ -10,18 +9,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from agents.models import Agent
-from memoryhub import ratelimit
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def own_counters(monkeypatch, frozen_clock):
-    from agents import throttles
-
-    monkeypatch.setattr(ratelimit, "KEY_PREFIX", f"memoryhub:test-rl:{uuid.uuid4().hex}")
-    monkeypatch.setattr(ratelimit, "store", ratelimit._Store())
-    monkeypatch.setattr(throttles, "_penalties", {})
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("own_rate_limits", "frozen_clock")]
 
 
 def put(member, path, content="x"):
