@@ -11,6 +11,12 @@ bounds the threads one tenant can hold at any moment, so a burst of slow request
 leave the others waiting for a thread. A token past its rate is a flood, not a burst: for a minute after
 its last 429 it has MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED requests in progress at most (1), so what the
 rate still admits of it is served one request at a time beside the other tenants' requests.
+
+A client that ignores Retry-After (keeps sending during the wait it was told) is told to wait twice as
+long at its next refusal, and so on up to MEMORYHUB_RATE_LIMIT_MAX_PENALTY seconds, and the limiter
+holds its calls for that long in every process: otherwise the limiter would admit a flood at the full
+rate the moment each told wait is over, and that admitted work, not the refusals, is what costs the
+other tenants. A client that waits as told is never held longer than the limiter's own wait.
 """
 
 import math
@@ -25,7 +31,7 @@ from agents.models import Agent, AgentToken
 from agents.services import token_digest
 from memoryhub import metrics
 from memoryhub.errors import ApiError, error_body, is_api_path
-from memoryhub.ratelimit import Rate, rate_limit_hit
+from memoryhub.ratelimit import Rate, rate_limit_hit, rate_limit_hold
 
 _penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → monotonic time the wait ends
 _penalties_lock = threading.Lock()
@@ -33,6 +39,8 @@ _in_progress: dict[str, int] = {}  # token digest → requests of it being serve
 _in_progress_lock = threading.Lock()
 _limited: dict[str, float] = {}  # token digest → monotonic time until which the token has the lower cap
 LIMITED_SECONDS = 60.0
+_early: dict[tuple[str, str], int] = {}  # (token digest, bucket) → requests refused here before their told wait ended
+_ignored: dict[tuple[str, str], int] = {}  # (token digest, bucket) → told waits in a row it ignored
 
 
 def request_bucket(method: str, path: str) -> str:
@@ -67,20 +75,55 @@ def rate_limit_check(*, token: AgentToken, bucket: str) -> None:
     rate = settings.MEMORYHUB_RATE_LIMITS.get(bucket)
     wait = rate_limit_hit(bucket=bucket, subject=token.digest[:24], rate=rate)
     if wait is not None:
-        with _penalties_lock:
-            if len(_penalties) > 10_000:
-                now = time.monotonic()
-                for key in [key for key, until in _penalties.items() if until <= now]:
-                    del _penalties[key]
-                for key in [key for key, until in _limited.items() if until <= now]:
-                    del _limited[key]
-            # Until the Retry-After the client is told, not only until the limiter's own (often
-            # sub-second) wait: a client that comes back sooner than told is refused by the middleware,
-            # before authentication, the database and Redis. Under a flood that ignores Retry-After
-            # this is most requests; the limiter still decides what is admitted once the wait is over.
-            _penalties[(token.digest, bucket)] = time.monotonic() + retry_after(wait)
-        _limited[token.digest] = time.monotonic() + LIMITED_SECONDS
-        raise RateLimited(bucket=bucket, rate=rate, wait=wait)
+        raise RateLimited(bucket=bucket, rate=rate, wait=_told_to_wait(digest=token.digest, bucket=bucket, wait=wait))
+
+
+def _told_to_wait(*, digest: str, bucket: str, wait: float) -> int:
+    """The whole seconds a refused token is told to wait: at least ``wait``, longer when it ignored the
+    waits it was told before (_held_for). Until then the middleware refuses it without a query."""
+    key = (digest, bucket)
+    told = retry_after(wait)
+    with _penalties_lock:
+        now = time.monotonic()
+        if len(_penalties) > 10_000:
+            for stale in [stale for stale, until in _penalties.items() if until <= now - _max_penalty()]:
+                del _penalties[stale]
+                _early.pop(stale, None)
+                _ignored.pop(stale, None)
+            for stale in [stale for stale, until in _limited.items() if until <= now]:
+                del _limited[stale]
+        held = _held_for(key, now=now)
+        if held > told:
+            told = held
+            rate = settings.MEMORYHUB_RATE_LIMITS.get(bucket)
+            rate_limit_hold(bucket=bucket, subject=digest[:24], rate=rate, seconds=told)
+        # Until the Retry-After the client is told, not only until the limiter's own (often sub-second)
+        # wait: a client that comes back sooner than told is refused by the middleware, before
+        # authentication, the database and Redis. Under a flood that ignores Retry-After this is most
+        # requests; the limiter still decides what is admitted once the wait is over.
+        _penalties[key] = now + told
+        _limited[digest] = now + LIMITED_SECONDS
+    return told
+
+
+def _max_penalty() -> int:
+    return settings.MEMORYHUB_RATE_LIMIT_MAX_PENALTY
+
+
+def _held_for(key: tuple[str, str], *, now: float) -> int:
+    """The seconds a token refused now is held for, beyond the limiter's own wait: 2, 4, 8... up to
+    MEMORYHUB_RATE_LIMIT_MAX_PENALTY for each told wait in a row that it ignored, 0 once it kept one.
+    Ignoring means sending more requests during the wait than it may have in progress at once
+    (MEMORYHUB_TOKEN_MAX_CONCURRENT): those may have been sent before the 429 reached the client."""
+    early = _early.pop(key, 0)
+    recent = now - _penalties.get(key, float("-inf")) < _max_penalty()
+    tolerated = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT or 4
+    ignored = _ignored.get(key, 0) + 1 if early > tolerated and recent else 0
+    if ignored:
+        _ignored[key] = ignored
+    else:
+        _ignored.pop(key, None)
+    return min(2**ignored, _max_penalty()) if ignored and _max_penalty() else 0
 
 
 class TeamRateLimited(ApiError):
@@ -129,6 +172,7 @@ class RateLimitedTokensMiddleware:
         wait = _penalties.get((digest, bucket), 0.0) - now if _penalties else 0.0
         if wait > 0:
             _limited[digest] = now + LIMITED_SECONDS  # still sending before the told wait: still a flood
+            _early[(digest, bucket)] = _early.get((digest, bucket), 0) + 1  # counted loosely: no lock on this path
             return _too_many(bucket, f"Too many {bucket} requests for this token. Retry in {wait:.1f} s.", wait)
         cap, why = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT, ""
         if _limited and _limited.get(digest, 0.0) > now and settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED:
@@ -142,8 +186,11 @@ class RateLimitedTokensMiddleware:
             if busy < cap:
                 _in_progress[digest] = busy + 1
         if busy >= cap:
+            # A token past its rate that sends faster than its one request at a time is told to wait like
+            # one refused by the limiter (and held longer if it ignores that); any other token only 1 s.
+            wait = _told_to_wait(digest=digest, bucket=bucket, wait=1) if why else 1
             return _too_many(
-                bucket, f"Too many requests in progress for this token (at most {cap} at once{why}). Retry in 1 s.", 1
+                bucket, f"Too many requests in progress for this token (at most {cap} at once{why}). Retry in {wait} s.", wait
             )
         try:
             return self.get_response(request)

@@ -64,6 +64,15 @@ redis.call('SET', KEYS[1], tat + interval, 'PX', math.ceil(tat + interval - now)
 return 0
 """
 
+# A hold: the theoretical arrival time pushed to ARGV[1] (ms) unless it is later already. Calls are refused
+# until ARGV[1] - interval + tolerance, then admitted one per interval, without the burst of a quiet subject.
+_GCRA_HOLD = """
+local held, now = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or 0)
+if held > tat then redis.call('SET', KEYS[1], held, 'PX', math.ceil(held - now) + 1000) end
+return 0
+"""
+
 
 class _Store:
     """Counters in Redis when it answers, in this process otherwise."""
@@ -75,6 +84,7 @@ class _Store:
         self._local: dict[str, tuple[int, float]] = {}  # key → (count, expiry on the monotonic clock)
         self._local_tat: dict[str, float] = {}  # key → GCRA's theoretical arrival time (ms)
         self._gcra = None
+        self._gcra_hold = None
 
     def _redis(self):
         if time.monotonic() < self._redis_down_until:
@@ -109,6 +119,21 @@ class _Store:
             if len(self._local_tat) > 100_000:  # bounded memory: forget keys already back to a full burst
                 self._local_tat = {k: v for k, v in self._local_tat.items() if v > now}
             return 0.0
+
+    def gcra_hold(self, key: str, *, tat_ms: float) -> None:
+        """Move ``key``'s theoretical arrival time on to ``tat_ms`` (never back)."""
+        now = time.time() * 1000
+        client = self._redis()
+        if client is not None:
+            try:
+                if self._gcra_hold is None:
+                    self._gcra_hold = client.register_script(_GCRA_HOLD)
+                self._gcra_hold(keys=[key], args=[int(tat_ms), int(now)])
+                return
+            except Exception as exc:
+                self._redis_failed(exc)
+        with self._lock:
+            self._local_tat[key] = max(self._local_tat.get(key, now), tat_ms)
 
     def incr(self, key: str, *, ttl: int, extend: bool) -> tuple[int, float]:
         """Add one to ``key``; returns (count, seconds until it expires). A new key lives ``ttl`` seconds;
@@ -171,10 +196,26 @@ def rate_limit_hit(*, bucket: str, subject: str, rate: Rate | None) -> float | N
     wait before the next call is."""
     if rate is None:
         return None
-    interval_ms = rate.window * 1000 / rate.limit
-    burst = max(1, rate.limit // 10)
-    wait_ms = store.gcra(f"{KEY_PREFIX}:{bucket}:{subject}", interval_ms=interval_ms, tolerance_ms=interval_ms * burst)
+    interval_ms, tolerance_ms = _gcra_spacing(rate)
+    wait_ms = store.gcra(f"{KEY_PREFIX}:{bucket}:{subject}", interval_ms=interval_ms, tolerance_ms=tolerance_ms)
     return None if wait_ms <= 0 else wait_ms / 1000
+
+
+def rate_limit_hold(*, bucket: str, subject: str, rate: Rate | None, seconds: float) -> None:
+    """Refuse ``subject``'s calls of ``bucket`` for ``seconds`` from now, in every web process alike; after
+    that they are admitted at the rate again, one per interval, without the burst a quiet subject has."""
+    if rate is None:
+        return
+    interval_ms, tolerance_ms = _gcra_spacing(rate)
+    # rate_limit_hit admits a call once now >= tat + interval - tolerance.
+    tat_ms = time.time() * 1000 + seconds * 1000 + tolerance_ms - interval_ms
+    store.gcra_hold(f"{KEY_PREFIX}:{bucket}:{subject}", tat_ms=tat_ms)
+
+
+def _gcra_spacing(rate: Rate) -> tuple[float, float]:
+    """(ms between calls, ms of burst allowed on top): one call per window/limit, a tenth of the limit at once."""
+    interval_ms = rate.window * 1000 / rate.limit
+    return interval_ms, interval_ms * max(1, rate.limit // 10)
 
 
 # --- Admin login lockout -------------------------------------------------------------------------

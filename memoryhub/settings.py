@@ -546,6 +546,10 @@ MEMORYHUB_TOKEN_MAX_CONCURRENT = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT", 4, mi
 # (0 = no separate cap): a tenant past its rate is served one request at a time, so what it is still
 # admitted runs beside the other tenants' requests rather than several at once among them.
 MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED", 1, minimum=0)
+# A token that keeps sending while told to wait (Retry-After) is told to wait twice as long at its next
+# refusal, up to this many seconds, and held that long by every web process (0 = never longer than the
+# limiter's own wait). A client that waits as told never meets it.
+MEMORYHUB_RATE_LIMIT_MAX_PENALTY = env_int("MEMORYHUB_RATE_LIMIT_MAX_PENALTY", 60, minimum=0, maximum=3600)
 # Admin login: after this many failed attempts for one username from one address, that pair is locked
 # out (even with the right password) until this many seconds pass without another attempt.
 MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)

@@ -44,3 +44,40 @@ def test_bench_load_mixed_and_noisy_runs_report_latencies_and_no_server_errors(t
         assert indexing["victim_p95_ratio"] > 0
     finally:
         process.stop()
+
+
+def test_a_flood_that_obeys_retry_after_waits_as_told():
+    """--flood-obeys-retry-after: a client answered 429 waits its Retry-After; the default flood sends on."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from benchmarks.management.commands.bench_load import Command
+
+    class TooMany(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"error": {"code": "rate_limited"}}'
+            self.send_response(429)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), TooMany)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        def pick():
+            return ("flood", "POST", "/api/v1/search", "token", b"{}", "application/json", 0)
+
+        polite = Command()._run(url, [pick] * 2, 1.5, 5, obey_retry_after=True)["flood"]
+        rude = Command()._run(url, [pick] * 2, 1.5, 5)["flood"]
+    finally:
+        server.shutdown()
+    assert set(polite.statuses) == {429} and len(polite.latencies) <= 4  # two clients, one try a second each
+    assert len(rude.latencies) > 20

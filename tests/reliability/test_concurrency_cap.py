@@ -134,3 +134,47 @@ def test_a_token_past_its_rate_is_served_one_request_at_a_time_for_a_minute(sett
     for thread in again:
         thread.join(5)
     assert [a.status_code for a in answers] == [200] * 5
+
+
+def test_a_token_past_its_rate_that_keeps_sending_past_its_one_at_a_time_is_held_longer(settings, frozen_clock):
+    """The cap's Retry-After counts like the limiter's: a flood that ignores it is told 2 s, then 4 s...
+    and held by the limiter in every process, so its admitted share falls instead of staying at what one
+    request at a time gets through."""
+    from types import SimpleNamespace
+
+    from agents.services import token_digest
+    from memoryhub.ratelimit import Rate
+
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 4
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED = 1
+    settings.MEMORYHUB_RATE_LIMIT_MAX_PENALTY = 60
+    settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "search": Rate(600, 60)}
+    loud = SimpleNamespace(digest=token_digest("mh_loud"))
+    with pytest.raises(throttles.RateLimited):
+        for _ in range(61):  # the burst of 60, then past the rate
+            throttles.rate_limit_check(token=loud, bucket="search")
+    frozen_clock.advance(1)
+
+    held = Held()
+    middleware = RateLimitedTokensMiddleware(held)
+    first = threading.Thread(target=lambda: middleware(request("mh_loud")))
+    first.start()
+    assert held.entered.acquire(timeout=5)  # one search in progress
+    try:
+        told = []
+        for _ in range(2):
+            statuses = [middleware(request("mh_loud")) for _ in range(20)]  # sending on during the told wait
+            assert {r.status_code for r in statuses} == {429}
+            told.append(int(statuses[0]["Retry-After"]))
+            frozen_clock.advance(told[-1])
+        refused = middleware(request("mh_loud"))
+        assert told == [1, 2] and refused["Retry-After"] == "4"
+
+        throttles._penalties.clear()  # another web process, which never saw this token
+        with pytest.raises(throttles.RateLimited):
+            throttles.rate_limit_check(token=loud, bucket="search")
+    finally:
+        held.release.set()
+        first.join(5)
+    quiet = middleware(request("mh_quiet"))
+    assert quiet.status_code == 200

@@ -112,3 +112,76 @@ def test_rates_are_parsed_and_bad_ones_refused():
 @pytest.mark.django_db
 def test_the_default_limits_are_far_above_normal_use(alice):
     assert all(search(alice).status_code == 200 for _ in range(60))  # a search a second for a minute
+
+
+@pytest.fixture
+def per_second(settings):
+    settings.MEMORYHUB_RATE_LIMITS = {**settings.MEMORYHUB_RATE_LIMITS, "search": Rate(600, 60)}  # burst 60, then 10/s
+    settings.MEMORYHUB_TOKEN_MAX_CONCURRENT = 4
+    settings.MEMORYHUB_RATE_LIMIT_MAX_PENALTY = 16
+
+
+def told_wait(member, frozen_clock, *, early: int) -> int:
+    """Search until refused, send ``early`` more searches during the told wait, and wait it out; the
+    told wait in seconds."""
+    for _ in range(100):
+        refused = search(member)
+        if refused.status_code == 429:
+            break
+    else:
+        raise AssertionError("never refused")
+    told = int(refused["Retry-After"])
+    for _ in range(early):
+        assert search(member).status_code == 429
+    frozen_clock.advance(told)
+    return told
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_up", [True, False])
+def test_a_client_that_ignores_retry_after_is_told_longer_waits_and_held_in_every_process(
+    alice, bob, per_second, settings, frozen_clock, redis_up
+):
+    from agents import throttles
+
+    if not redis_up:
+        settings.REDIS_URL = "redis://127.0.0.1:1/0"  # the in-process fallback holds it the same way
+    assert [search(alice).status_code for _ in range(61)] == [200] * 60 + [429]
+    for _ in range(20):
+        assert search(alice).status_code == 429  # a flood: it keeps sending during the second it was told
+    frozen_clock.advance(1)
+    waits = [told_wait(alice, frozen_clock, early=20) for _ in range(5)]
+    assert waits == [2, 4, 8, 16, 16]  # doubled at each refusal, up to MEMORYHUB_RATE_LIMIT_MAX_PENALTY
+
+    # Held by the limiter, not only by this process's memory: another web process (no penalty known
+    # to it) refuses the token too until the hold is over, and then admits one call, not a burst.
+    assert [search(alice).status_code for _ in range(2)] == [200, 429]
+    throttles._penalties.clear()
+    frozen_clock.advance(8)
+    assert search(alice).status_code == 429
+    throttles._penalties.clear()
+    frozen_clock.advance(8)
+    assert [search(alice).status_code for _ in range(2)] == [200, 429]
+    assert search(bob).status_code == 200  # another agent's token is never held
+
+
+@pytest.mark.django_db
+def test_a_client_that_waits_as_told_is_never_held_longer(alice, per_second, frozen_clock):
+    search(alice)
+    # Up to MEMORYHUB_TOKEN_MAX_CONCURRENT requests during a told wait were on their way before the 429
+    # reached a client with that many in flight: they do not count as ignoring it.
+    waits = [told_wait(alice, frozen_clock, early=early) for early in (0, 4, 0, 4, 0)]
+    assert waits == [1, 1, 1, 1, 1]
+
+
+@pytest.mark.django_db
+def test_a_client_that_starts_waiting_as_told_is_forgiven(alice, per_second, frozen_clock):
+    waits = [told_wait(alice, frozen_clock, early=early) for early in (20, 20, 20, 0, 0)]
+    assert waits == [1, 2, 4, 8, 1]  # the wait after a kept one is the limiter's own again
+
+
+@pytest.mark.django_db
+def test_longer_waits_can_be_turned_off(alice, per_second, settings, frozen_clock):
+    settings.MEMORYHUB_RATE_LIMIT_MAX_PENALTY = 0
+    waits = [told_wait(alice, frozen_clock, early=20) for _ in range(4)]
+    assert waits == [1, 1, 1, 1]

@@ -16,7 +16,8 @@ the same agent while every other client floods one noisy agent (searches, upload
 ``--no-big-file``, a 5 MB one-line file); ``--rounds N`` alternates the two phases N times, each
 --duration/N long. The victim's p95 in both phases and their ratio are the result:
 no tenant may slow the others (the per-token rate limits answer the flood 429; set them to 0 on the
-server to see the server's own isolation).
+server to see the server's own isolation). The flood ignores Retry-After, as a runaway loop does;
+``--flood-obeys-retry-after`` makes it a tenant that uses its whole rate and waits as told.
 
 ``--noisy-indexing``: the same two phases for the shared worker queue. The victim uploads a note every
 1/``--victim-rate`` seconds and times it until its job is done, alone and then while the other clients
@@ -81,6 +82,7 @@ class Client:
         parts = urllib.parse.urlsplit(url)
         self.host, self.port, self.timeout = parts.hostname, parts.port or 80, timeout
         self.connection: http.client.HTTPConnection | None = None
+        self.retry_after = 0.0  # the last answer's Retry-After, in seconds (0 when it had none)
 
     def send(self, method: str, path: str, token: str, body: bytes | None, content_type: str) -> int:
         return self.call(method, path, token, body, content_type)[0]
@@ -95,6 +97,7 @@ class Client:
                 self.connection.request(method, path, body=body, headers=headers)
                 response = self.connection.getresponse()
                 raw = response.read()
+                self.retry_after = float(response.getheader("Retry-After") or 0)
                 try:
                     answer = json.loads(raw) if raw.startswith(b"{") else {}
                 except ValueError:
@@ -132,6 +135,11 @@ class Command(BaseCommand):
             help="--noisy: the noisy agent's requests per second, all clients together (0 = as fast as the server answers)",
         )
         parser.add_argument(
+            "--flood-obeys-retry-after", action="store_true",
+            help="--noisy: each flooding client told 429 waits its Retry-After (a tenant using its full rate politely) "
+            "instead of sending on",
+        )
+        parser.add_argument(
             "--noisy-indexing", action="store_true",
             help="the noisy-neighbour run for indexing: the victim's upload-to-indexed time while another agent floods uploads",
         )
@@ -155,7 +163,8 @@ class Command(BaseCommand):
         else:
             report = self._mixed(url, tokens, options)
         report["settings"] = {
-            key: options[key] for key in ("url", "clients", "duration", "agents", "search_share", "noisy", "flood_rate", "rounds")
+            key: options[key]
+            for key in ("url", "clients", "duration", "agents", "search_share", "noisy", "flood_rate", "flood_obeys_retry_after", "rounds")
         }
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
@@ -179,7 +188,9 @@ class Command(BaseCommand):
 
     # --- Runs --------------------------------------------------------------------------------------
 
-    def _run(self, url: str, workers: list, duration: float, timeout: float) -> dict[str, Kind]:
+    def _run(self, url: str, workers: list, duration: float, timeout: float, *, obey_retry_after: bool = False) -> dict[str, Kind]:
+        """Each of ``workers`` (a pick of the next request) in a thread of its own, for ``duration``; with
+        ``obey_retry_after`` a client told 429 waits the Retry-After it was told before its next request."""
         kinds: dict[str, Kind] = {}
         lock = threading.Lock()
         stop_at = time.monotonic() + duration
@@ -196,7 +207,9 @@ class Command(BaseCommand):
                 elapsed = time.perf_counter() - started
                 with lock:
                     kinds.setdefault(name, Kind()).add(elapsed, status)
-                if pause:
+                if obey_retry_after and status == 429:
+                    time.sleep(client.retry_after)
+                elif pause:
                     time.sleep(max(0.0, pause - elapsed))
 
         threads = [threading.Thread(target=loop, args=(pick,), daemon=True) for pick in workers]
@@ -206,14 +219,16 @@ class Command(BaseCommand):
             thread.join(duration + timeout + 5)
         return kinds
 
-    def _run_beside_flood(self, url: str, victim, flood_picks: list, duration: float, timeout: float) -> dict[str, Kind]:
+    def _run_beside_flood(
+        self, url: str, victim, flood_picks: list, duration: float, timeout: float, *, obey_retry_after: bool = False
+    ) -> dict[str, Kind]:
         """``victim()`` (its measurements by kind) in this process, the flood's threads in a forked one: the
         victim's latencies are the server's, not the wait for this interpreter's lock among the flood's
         threads (all in one process, the victim's p95 measured its own client as much as the server)."""
         receive, send = multiprocessing.Pipe(duplex=False)
 
         def flood():
-            send.send(self._run(url, flood_picks, duration, timeout))
+            send.send(self._run(url, flood_picks, duration, timeout, obey_retry_after=obey_retry_after))
 
         flooder = multiprocessing.get_context("fork").Process(target=flood, daemon=True)
         flooder.start()
@@ -318,7 +333,10 @@ class Command(BaseCommand):
             if n == 0 and not options["no_big_file"]:
                 big = ("x" * 90 + " budget deploy kettle ") * (5_000_000 // 112)
                 Client(url, options["timeout"]).send("PUT", "/api/v1/files/notes/one-line.md", noisy, big.encode(), "text/markdown")
-            _merge(loud, self._run_beside_flood(url, victim_searches, [noisy_pick] * flooders, phase, options["timeout"]))
+            _merge(loud, self._run_beside_flood(
+                url, victim_searches, [noisy_pick] * flooders, phase, options["timeout"],
+                obey_retry_after=options["flood_obeys_retry_after"],
+            ))
         quiet_summary, loud_summary = quiet["victim_search"].summary(), loud["victim_search"].summary()
         return {
             "quiet": {"victim_search": quiet_summary},
