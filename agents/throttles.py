@@ -16,7 +16,9 @@ A client that ignores Retry-After (keeps sending during the wait it was told) is
 long at its next refusal, and so on up to MEMORYHUB_RATE_LIMIT_MAX_PENALTY seconds, and the limiter
 holds its calls for that long in every process: otherwise the limiter would admit a flood at the full
 rate the moment each told wait is over, and that admitted work, not the refusals, is what costs the
-other tenants. A client that waits as told is never held longer than the limiter's own wait.
+other tenants. The one-at-a-time cap's 429 counts the same way for a token past its rate: a flood that
+ignored it would stay under its rate (the cap lets one request through at a time) and be admitted for
+as long as it flooded. A client that waits as told is never held longer than the limiter's own wait.
 """
 
 import math
