@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 
 from memoryhub.domain import Busy
 from memoryhub.replicas import current_read_alias
@@ -83,6 +83,18 @@ class SearchDeadline:
                 self.timed_out = True
                 raise SearchTimedOut from exc
             raise
+
+    @contextmanager
+    def bookkeeping(self):
+        """The search's own write once it has its answer (its usage row), under the statement timeout
+        even when the deadline has passed: a locked table must not hold the answer back. Inside a caller's
+        transaction the write keeps to its own savepoint, unbounded, as before."""
+        connection = connections[DEFAULT_DB_ALIAS]
+        if connection.in_atomic_block:
+            yield
+        else:
+            with connection.execute_wrapper(_StatementTimeout(self.statement_timeout_ms)):
+                yield
 
     @contextmanager
     def _in_savepoint(self, timeout_ms: int, *, alias: str):

@@ -237,7 +237,8 @@ def memory_search(
         )
         # Usage bookkeeping: one small row, written even when the deadline has passed (slow searches are
         # the ones worth seeing); a failure to write it never fails the search.
-        search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
+        with deadline.bookkeeping():
+            search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
     return response
 
 
@@ -290,7 +291,8 @@ def _memory_search_shared(*, agent: Agent, scope, max_results: int | None, **sea
             took_ms=round((time.perf_counter() - started) * 1000, 2),
             message=" ".join(notes) if not results else " ".join(n for n in notes if not n.startswith("Nothing matched")),
         )
-        search_record(agent_id=agent.pk, mode=merged.mode, results=len(merged.results), took_ms=merged.took_ms)
+        with deadline.bookkeeping():
+            search_record(agent_id=agent.pk, mode=merged.mode, results=len(merged.results), took_ms=merged.took_ms)
     return merged
 
 

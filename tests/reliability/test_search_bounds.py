@@ -204,6 +204,16 @@ def test_outside_a_transaction_a_blocked_search_answers_503_too(alice, index_fil
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_blocked_usage_row_does_not_hold_the_answer_back(alice, index_files, notes, lock_table, short_bounds):
+    index_files(alice, {"memory/notes.md": notes})
+    lock_table("usage_searchevent")
+    started = time.monotonic()
+    response = alice.client.post("/api/v1/search", {"query": "billing"}, format="json")
+    assert response.status_code == 200 and response.json()["results"]
+    assert time.monotonic() - started < 15  # the row's statement is cancelled at the statement timeout, not the lock's 30 s
+
+
 def test_a_hybrid_search_answers_what_it_has_when_one_half_is_blocked(alice, index_files, notes, lock_table, short_bounds):
     index_files(alice, {"memory/notes.md": notes})
     lock_table("search_keywordagentstats")
