@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from indexing.chunking import chunk_markdown
+from search.deadline import SearchDeadline, SearchTimedOut
 from search.services import memory_search
 from tests.search.conftest import index_files, notes  # noqa: F401 (fixtures)
 
@@ -212,6 +213,21 @@ def test_outside_a_transaction_a_blocked_usage_row_does_not_hold_the_answer_back
     response = alice.client.post("/api/v1/search", {"query": "billing"}, format="json")
     assert response.status_code == 200 and response.json()["results"]
     assert time.monotonic() - started < 15  # the row's statement is cancelled at the statement timeout, not the lock's 30 s
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_that_cannot_carry_the_timeout_in_its_string_is_bounded_too(lock_table):
+    # Several parameter sets (or server-side binding) cannot take the setting ahead of the statement in
+    # one string: the statement runs in a transaction of its own after it.
+    connection.ensure_connection()
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    lock_table("usage_searchevent")
+    started = time.monotonic()
+    with pytest.raises(SearchTimedOut):
+        with SearchDeadline(statement_timeout_ms=300).queries(), connection.cursor() as cursor:
+            cursor.executemany("SELECT count(*) FROM usage_searchevent WHERE id > %s", [(0,), (1,)])
+    assert time.monotonic() - started < 15
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
 def test_a_hybrid_search_answers_what_it_has_when_one_half_is_blocked(alice, index_files, notes, lock_table, short_bounds):
