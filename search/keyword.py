@@ -152,22 +152,14 @@ LIMIT %(limit)s
 # is scored with every lexeme of the query, so its score is its exact BM25. The last column counts the
 # matches read (before the file filter; one row of NULLs carries it when no match passes the filter):
 # when it reaches the pass's row limit, some were left unread.
-# {match}: the pass's condition on search_vector (_pass).
+# {columns} and {score} (_scoring_sql) spell the sum out term by term: a correlated subquery over the
+# terms' arrays (a function scan and an aggregate per row) cost ~2 µs per row, as much as reading the row
+# (a pass over 923 cached rows: 3.2 → 2.3 ms). {match}: the pass's condition on search_vector (_pass).
 _GIVEN_IDF_SQL = """
-WITH terms AS (
-    SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
-),
-scored AS (
-    SELECT m.id, m.file_id, m.start_line, m.end_line,
-           (SELECT sum(t.idf * r.tf * (%(k1)s::float8 + 1)
-                       / (r.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(m.token_count, 1) / %(avgdl)s::float8)))
-            FROM terms t
-            CROSS JOIN LATERAL (
-                SELECT round(1.0 / (1.6449340668482264 * (1.0 - LEAST(ts_rank('{{1,1,1,1}}', m.search_vector, t.q, 0), 0.999999)::float8)) - 0.5) AS tf
-            ) r
-            WHERE r.tf > 0) AS bm25
+WITH scored AS (
+    SELECT m.id, m.file_id, m.start_line, m.end_line, {score} AS bm25
     FROM (
-        SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
+        SELECT c.id, c.file_id, c.start_line, c.end_line, {columns}
         FROM {chunk} c
         WHERE c.agent_id = %(agent)s AND {{match}}
         {match_limit}
@@ -184,6 +176,20 @@ LEFT JOIN LATERAL (
 ) s ON true
 ORDER BY s.bm25 DESC, s.id
 """
+
+# Term frequency of query term i in a chunk from one ts_rank (see the module docstring), and BM25's
+# length normalisation of the chunk: computed once per row in the inner query, read by every term's score.
+_TF = "round(1.0 / (1.6449340668482264 * (1.0 - LEAST(ts_rank('{{1,1,1,1}}', c.search_vector, %(term_{i})s::tsquery, 0), 0.999999)::float8)) - 0.5) AS tf{i}"
+_NORM = "%(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(c.token_count, 1) / %(avgdl)s::float8) AS norm"
+_TERM_SCORE = "CASE WHEN m.tf{i} > 0 THEN %(idf_{i})s::float8 * m.tf{i} * (%(k1)s::float8 + 1) / (m.tf{i} + m.norm) ELSE 0 END"
+
+
+def _scoring_sql(idfs: list[float | None]) -> tuple[str, str, dict]:
+    """(the columns the inner query computes, the BM25 sum over them, their parameters) for the scored terms."""
+    scored = [i for i, idf in enumerate(idfs) if idf is not None]
+    columns = ", ".join([_NORM, *(_TF.format(i=i) for i in scored)])
+    score = " + ".join(_TERM_SCORE.format(i=i) for i in scored)
+    return columns, score or "0::float8", {f"idf_{i}": idfs[i] for i in scored}
 
 
 def bm25_idf(*, n: int, df: int) -> float:
@@ -398,12 +404,13 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         dfs = plan.dfs
         scored = set(sorted((i for i, df in enumerate(dfs) if df > 0), key=lambda i: (dfs[i], i))[:MAX_SCORED_LEXEMES])
         idfs = [bm25_idf(n=plan.n, df=df) if i in scored else None for i, df in enumerate(dfs)]
-        params.update(idfs=idfs, avgdl=plan.avgdl)
+        columns, score, idf_params = _scoring_sql(idfs)
+        params.update(idf_params, avgdl=plan.avgdl, **{f"term_{i}": term for i, term in enumerate(terms)})
         rows, exact = _two_passes(
             params=params, terms=terms, plan=plan, idfs=idfs, kept=sorted(scored) or list(range(len(dfs))),
             depth=min(limit, EXACT_DEPTH), limit=limit,
             sql=_GIVEN_IDF_SQL.format(
-                chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}"
+                chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}", columns=columns, score=score
             ),
         )
         if not rows:
@@ -433,7 +440,8 @@ def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None
     match = "(" + (" OR ".join(f"c.search_vector @@ %(match_{i})s::tsquery" for i in range(len(queries))) or "FALSE") + ")"
     if seen:
         match += " AND NOT c.search_vector @@ %(seen)s::tsquery"
-    match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else ""
+    # OFFSET 0 keeps the matches a subquery of their own, so each rank is computed once per row.
+    match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else "OFFSET 0"
     sql = sql.replace("{match_limit}", match_limit).replace("{match}", match)
     values = {**params, **{f"match_{i}": query for i, query in enumerate(queries)}, "seen": seen}
     with connection.cursor() as cursor:
