@@ -148,7 +148,7 @@ LIMIT %(limit)s
 # Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
 # pass, without grouping: the matches come from the agent's own partial GIN index
 # (search/keyword_stats.py) restricted to the tsquery that keyword_candidates builds for this pass
-# (the rarest lexemes, then the combinations of the others that could still reach the top). Each match
+# (the sets of lexemes whose chunks could reach the top, see below SCORE_BUDGET). Each match
 # is scored with every lexeme of the query, so its score is its exact BM25. The last column counts the
 # matches read (before the file filter; one row of NULLs carries it when no match passes the filter):
 # when it reaches the pass's row limit, some were left unread.
@@ -201,42 +201,35 @@ def bm25_idf(*, n: int, df: int) -> float:
 # early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Reading
 # every chunk that contains a common word costs seconds at 100k chunks (measured: ~1.1 s to read 100k
 # search vectors), so the chunks are read in two passes (MaxScore-style pruning, exact where it can prove
-# it):
+# it). Each lexeme adds at most idf * tf_factor_bound to a chunk's score (BM25's term frequency factor for
+# the lexeme's largest count in one chunk and the shortest chunk holding it, from the stats; k1 + 1, its
+# limit, where the stats do not say). So a chunk scores above a threshold only if it holds one of the
+# threshold's reaching sets: the minimal sets of the query's lexemes whose bounds add up to more than it.
 #
-# 1. The chunks holding the query's rarest lexemes: lexemes are taken rarest first while their dfs add up
-#    to at most SCORE_BUDGET (the rarest one always; when it alone is more common than the budget,
-#    SCORE_BUDGET chunks holding two of the lexemes, or the one). Each is scored with every lexeme: its
-#    exact BM25. When fewer than EXACT_DEPTH chunks hold them (a name found in 3 chunks, then common
-#    words), up to SCORE_BUDGET chunks holding two of the other lexemes are read too, to set a bar.
-# 2. A chunk not read yet holds only the other lexemes, and each lexeme adds at most idf * tf_factor_bound
-#    to a score (BM25's term frequency factor for the lexeme's largest count in one chunk and the shortest
-#    chunk holding it, from the stats; k1 + 1, its limit, where the stats do not say). So only a chunk
-#    holding a set of them whose bounds add up to more than the EXACT_DEPTH-th best score of pass 1 could
-#    still enter the top: pass 2 reads the chunks matching any such set (one GIN bitmap per set, each an
-#    intersection of posting lists before any row is read), and none other.
+# 1. A threshold is guessed from the dfs alone: the highest one whose reaching sets the agent's chunks are
+#    expected to hold about SCORE_BUDGET times (as if lexemes occurred independently). The chunks holding
+#    one of its sets are read (one GIN bitmap per set, each an intersection of posting lists before any
+#    row is read, at most FIRST_PASS_LIMIT times the budget), each scored with every lexeme: its exact
+#    BM25. Every chunk scoring above the guess is among them.
+# 2. The EXACT_DEPTH-th best score of pass 1 is the bar: only a chunk holding one of the bar's reaching
+#    sets could still enter the top, and pass 2 reads those not read yet (a set holding one of pass 1's
+#    is skipped: its chunks were all read). When ten chunks scored above the guess, none is left and the
+#    search is one pass.
 #
-# The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless pass 2 reached its row limit
-# (MAX_SCORED_ROWS, with pass 1: the hard cap on a search's work), which KeywordResult.exact reports.
-# How the budget and the cap were chosen: docs/benchmarks.md, "Search at scale".
+# The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless a pass reached its row limit
+# (MAX_SCORED_ROWS for both passes together: the hard cap on a search's work), which KeywordResult.exact
+# reports. Reading the rarest lexemes' chunks first instead (up to 1,000 of them, then the sets the bar
+# left) read ~2.5 times as many chunks for the same proven top 10. How the budget was chosen:
+# docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
-SCORE_BUDGET = 1000
+SCORE_BUDGET = 300
+FIRST_PASS_LIMIT = 4  # the estimate's independence fails for words that go together: a bound on pass 1
+THRESHOLD_STEPS = 10  # bisection steps of the guess: within 1/1024 of the bounds' sum
 EXACT_DEPTH = 10
 MAX_SCORED_ROWS = 12_000
-# More sets than this (long queries of similar words): pass 2 reads the chunks of any remaining lexeme.
+# More sets than this (long queries of similar words): a pass reads the chunks of any lexeme.
 MAX_REACHING_SETS = 64
-
-
-def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
-    """(indexes of the lexemes whose chunks are scored, whether the match must be capped at ``budget``):
-    the rarest lexemes whose dfs add up to at most ``budget``, and always the rarest one that occurs."""
-    chosen, total = [], 0
-    for i in sorted(range(len(dfs)), key=lambda i: (dfs[i], i)):
-        if total > 0 and total + dfs[i] > budget:
-            break
-        chosen.append(i)
-        total += dfs[i]
-    return sorted(chosen), total > budget
 
 
 def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
@@ -450,49 +443,58 @@ def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None
     return [row for row in rows if row[0] is not None], rows[0][5]
 
 
+def _first_threshold(bounds: list[float], shares: list[float], *, n: int, enough: float) -> float:
+    """The highest threshold whose reaching sets the agent's chunks are expected to hold at least
+    ``enough`` times, each set's chunks estimated as ``n`` times the product of its lexemes' shares of the
+    chunks (as if lexemes occurred independently); 0 when all the lexemes' chunks together fall short."""
+
+    def expected(threshold: float) -> float:
+        sets = reaching_sets(bounds, threshold, at_most=MAX_REACHING_SETS)
+        return math.inf if sets is None else sum(n * math.prod(shares[j] for j in group) for group in sets)
+
+    low, high = 0.0, sum(bounds)
+    if expected(low) < enough:
+        return low
+    for _ in range(THRESHOLD_STEPS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if expected(middle) >= enough else (low, middle)
+    return low
+
+
 def _two_passes(
     *, sql: str, params: dict, terms: list[str], plan: _Plan, idfs: list[float | None], kept: list[int],
     depth: int, limit: int,
 ) -> tuple[list, bool]:
     """(the best ``limit`` rows, whether their first ``depth`` are proven exact) of a large agent's search:
-    the two passes described above SCORE_BUDGET."""
-    dfs = plan.dfs
-    chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
-    searched = [kept[j] for j in chosen]
-    rarest = " | ".join(terms[i] for i in searched)  # uncapped, pass 1 reads every chunk holding one of these
-    first = [rarest]
-    pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1 :] if idfs[a] is not None and idfs[b] is not None]
-    if capped and 0 < len(pairs) <= MAX_REACHING_SETS:
-        # Every lexeme is common: SCORE_BUDGET chunks holding two of them set a higher bar for pass 2
-        # than as many holding the rarest one.
-        first = [f"{terms[a]} & {terms[b]}" for a, b in pairs]
-    rows, read = _pass(sql, params, queries=first, row_limit=SCORE_BUDGET if capped else None)
-    # Lexemes some of whose chunks pass 1 did not read (all of them when it read only part of the rarest).
-    rest = [i for i in kept if idfs[i] is not None and (capped or i not in searched)]
-    if not rest:
-        return rows, True
-    rest_pairs = [f"{terms[a]} & {terms[b]}" for x, a in enumerate(rest) for b in rest[x + 1 :]]
-    if len(rows) < depth and not capped and 0 < len(rest_pairs) <= MAX_REACHING_SETS:
-        # Too few chunks hold the rarest lexemes to set a bar (a name found in 3 chunks, then common
-        # words): up to SCORE_BUDGET chunks holding two of the others set one, as in the capped case.
-        more, more_read = _pass(
-            sql, params, queries=rest_pairs, seen=rarest, row_limit=SCORE_BUDGET
-        )
-        rows, read = _merged(rows, more, limit=limit), read + more_read
-    threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
+    the two passes described above SCORE_BUDGET, over the ``kept`` lexemes that have an IDF."""
+    scored = [i for i in kept if idfs[i] is not None]
+    if not scored:
+        return [], True
+    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in scored]
 
-    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in rest]
+    def queries(sets: list[list[int]]) -> list[str]:
+        return [" & ".join(terms[scored[j]] for j in group) for group in sets]
+
+    guess = _first_threshold(bounds, [plan.dfs[i] / plan.n for i in scored], n=plan.n, enough=SCORE_BUDGET)
+    first = reaching_sets(bounds, guess, at_most=MAX_REACHING_SETS) or [[j] for j in range(len(scored))]
+    first_limit = min(FIRST_PASS_LIMIT * SCORE_BUDGET, MAX_SCORED_ROWS)
+    rows, read = _pass(sql, params, queries=queries(first), row_limit=first_limit)
+    complete = read < first_limit  # then every chunk holding one of the first sets is scored
+
+    threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
     # Float sums of the same terms can differ in their last bits: a chunk that ties is read, not skipped.
     sets = reaching_sets(bounds, threshold * (1 - 1e-9), at_most=MAX_REACHING_SETS)
     if sets is None:
-        sets = [[j] for j in range(len(rest))]
+        sets = [[j] for j in range(len(scored))]
+    if complete:  # a set holding one of the first pass's has no chunk left to read
+        sets = [group for group in sets if not any(set(done) <= set(group) for done in first)]
     if not sets:
         return rows, True
-    row_limit = max(MAX_SCORED_ROWS - read, 1)
-    more, more_read = _pass(
-        sql, params, queries=[" & ".join(terms[rest[j]] for j in group) for group in sets],
-        seen=None if capped else rarest, row_limit=row_limit,
-    )
+    if read >= MAX_SCORED_ROWS:
+        return rows, False
+    row_limit = MAX_SCORED_ROWS - read
+    seen = " | ".join(f"( {query} )" for query in queries(first)) if complete else None
+    more, more_read = _pass(sql, params, queries=queries(sets), seen=seen, row_limit=row_limit)
     return _merged(rows, more, limit=limit), more_read < row_limit
 
 
