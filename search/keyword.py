@@ -21,7 +21,9 @@ lexeme instead of a set-returning unnest of the whole vector per row.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -219,8 +221,8 @@ def bm25_idf(*, n: int, df: int) -> float:
 # The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless a pass reached its row limit
 # (MAX_SCORED_ROWS for both passes together: the hard cap on a search's work), which KeywordResult.exact
 # reports. Reading the rarest lexemes' chunks first instead (up to 1,000 of them, then the sets the bar
-# left) read ~2.5 times as many chunks for the same proven top 10. How the budget was chosen:
-# docs/benchmarks.md, "Search at scale".
+# left) read 896 chunks per search at the median where this reads 367, for the same proven top 10
+# (bench_scale's 100k-chunk agent). How the budget was chosen: docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
 SCORE_BUDGET = 300
@@ -232,32 +234,35 @@ MAX_SCORED_ROWS = 12_000
 MAX_REACHING_SETS = 64
 
 
-def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
+def minimal_sets(bounds: list[float], threshold: float) -> Iterator[list[int]]:
     """The minimal sets of indexes of ``bounds`` whose bounds add up to more than ``threshold`` (each
-    sorted), or None when there are more than ``at_most`` of them. A chunk whose lexemes' bounds add up
-    to no more than the threshold cannot score above it; every other one holds one of these sets."""
+    sorted), one at a time, so that a caller may stop early. A chunk whose lexemes' bounds add up to no
+    more than the threshold cannot score above it; every other one holds one of these sets."""
     order = sorted(range(len(bounds)), key=lambda i: (-bounds[i], i))
     left = [0.0] * (len(order) + 1)  # left[k]: the bounds of order[k:], added up
     for k in range(len(order) - 1, -1, -1):
         left[k] = left[k + 1] + bounds[order[k]]
-    found: list[list[int]] = []
 
-    def grow(start: int, chosen: list[int], total: float) -> bool:
-        # Largest bounds first: a set is recorded as soon as it reaches, so dropping any of its members
+    def grow(start: int, chosen: list[int], total: float) -> Iterator[list[int]]:
+        # Largest bounds first: a set is given as soon as it reaches, so dropping any of its members
         # (each at least as large as the last one added) falls back below the threshold.
         for k in range(start, len(order)):
             if total + left[k] <= threshold:
-                return True
+                return
             i = order[k]
             if total + bounds[i] > threshold:
-                found.append(sorted([*chosen, i]))
-                if len(found) > at_most:
-                    return False
-            elif not grow(k + 1, [*chosen, i], total + bounds[i]):
-                return False
-        return True
+                yield sorted([*chosen, i])
+            else:
+                yield from grow(k + 1, [*chosen, i], total + bounds[i])
 
-    return sorted(found) if grow(0, [], 0.0) else None
+    return grow(0, [], 0.0)
+
+
+def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
+    """The minimal_sets of ``bounds`` above ``threshold``, sorted, or None when there are more than
+    ``at_most`` of them."""
+    found = list(itertools.islice(minimal_sets(bounds, threshold), at_most + 1))
+    return sorted(found) if len(found) <= at_most else None
 
 
 _LARGE_AGENT_STATS_SQL = """
@@ -444,20 +449,25 @@ def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None
 
 
 def _first_threshold(bounds: list[float], shares: list[float], *, n: int, enough: float) -> float:
-    """The highest threshold whose reaching sets the agent's chunks are expected to hold at least
-    ``enough`` times, each set's chunks estimated as ``n`` times the product of its lexemes' shares of the
-    chunks (as if lexemes occurred independently); 0 when all the lexemes' chunks together fall short."""
+    """The highest threshold (within 1/2^THRESHOLD_STEPS of the bounds' sum) whose reaching sets the
+    agent's chunks are expected to hold at least ``enough`` times, each set's chunks estimated as ``n``
+    times the product of its lexemes' shares of the chunks (as if lexemes occurred independently); 0 when
+    all the lexemes' chunks together fall short. More than MAX_REACHING_SETS sets count as enough."""
 
-    def expected(threshold: float) -> float:
-        sets = reaching_sets(bounds, threshold, at_most=MAX_REACHING_SETS)
-        return math.inf if sets is None else sum(n * math.prod(shares[j] for j in group) for group in sets)
+    def reaches(threshold: float) -> bool:
+        expected = 0.0
+        for count, group in enumerate(minimal_sets(bounds, threshold), 1):
+            expected += n * math.prod(shares[j] for j in group)
+            if expected >= enough or count > MAX_REACHING_SETS:
+                return True
+        return False
 
     low, high = 0.0, sum(bounds)
-    if expected(low) < enough:
+    if not reaches(low):
         return low
     for _ in range(THRESHOLD_STEPS):
         middle = (low + high) / 2
-        low, high = (middle, high) if expected(middle) >= enough else (low, middle)
+        low, high = (middle, high) if reaches(middle) else (low, middle)
     return low
 
 
