@@ -471,6 +471,17 @@ def _first_threshold(bounds: list[float], shares: list[float], *, n: int, enough
     return low
 
 
+def _rarest(shares: list[float], *, budget: float) -> list[int]:
+    """The indexes of the rarest lexemes whose shares add up to at most ``budget``, and always the rarest."""
+    chosen, total = [], 0.0
+    for i in sorted(range(len(shares)), key=lambda i: (shares[i], i)):
+        if chosen and total + shares[i] > budget:
+            break
+        chosen.append(i)
+        total += shares[i]
+    return chosen
+
+
 def _two_passes(
     *, sql: str, params: dict, terms: list[str], plan: _Plan, idfs: list[float | None], kept: list[int],
     depth: int, limit: int,
@@ -485,8 +496,11 @@ def _two_passes(
     def queries(sets: list[list[int]]) -> list[str]:
         return [" & ".join(terms[scored[j]] for j in group) for group in sets]
 
-    guess = _first_threshold(bounds, [plan.dfs[i] / plan.n for i in scored], n=plan.n, enough=SCORE_BUDGET)
-    first = reaching_sets(bounds, guess, at_most=MAX_REACHING_SETS) or [[j] for j in range(len(scored))]
+    shares = [plan.dfs[i] / plan.n for i in scored]
+    guess = _first_threshold(bounds, shares, n=plan.n, enough=SCORE_BUDGET)
+    first = reaching_sets(bounds, guess, at_most=MAX_REACHING_SETS)
+    if not first:  # too many sets (long queries of similar words): the rarest lexemes' chunks, as many
+        first = [[j] for j in _rarest(shares, budget=SCORE_BUDGET / plan.n)]
     first_limit = min(FIRST_PASS_LIMIT * SCORE_BUDGET, MAX_SCORED_ROWS)
     rows, read = _pass(sql, params, queries=queries(first), row_limit=first_limit)
     complete = read < first_limit  # then every chunk holding one of the first sets is scored
