@@ -212,7 +212,8 @@ def bm25_idf(*, n: int, df: int) -> float:
 #    expected to hold about SCORE_BUDGET times (as if lexemes occurred independently). The chunks holding
 #    one of its sets are read (one GIN bitmap per set, each an intersection of posting lists before any
 #    row is read, at most FIRST_PASS_LIMIT times the budget), each scored with every lexeme: its exact
-#    BM25. Every chunk scoring above the guess is among them.
+#    BM25. Every chunk scoring above the guess is among them. (When the guess has more than
+#    MAX_REACHING_SETS sets, the chunks of the rarest lexemes whose dfs add up to the budget instead.)
 # 2. The EXACT_DEPTH-th best score of pass 1 is the bar: only a chunk holding one of the bar's reaching
 #    sets could still enter the top, and pass 2 reads those not read yet (a set holding one of pass 1's
 #    is skipped: its chunks were all read). When ten chunks scored above the guess, none is left and the
@@ -499,7 +500,7 @@ def _two_passes(
     shares = [plan.dfs[i] / plan.n for i in scored]
     guess = _first_threshold(bounds, shares, n=plan.n, enough=SCORE_BUDGET)
     first = reaching_sets(bounds, guess, at_most=MAX_REACHING_SETS)
-    if not first:  # too many sets (long queries of similar words): the rarest lexemes' chunks, as many
+    if not first:  # too many sets (long queries of similar words): the rarest lexemes' chunks, about a budget
         first = [[j] for j in _rarest(shares, budget=SCORE_BUDGET / plan.n)]
     first_limit = min(FIRST_PASS_LIMIT * SCORE_BUDGET, MAX_SCORED_ROWS)
     rows, read = _pass(sql, params, queries=queries(first), row_limit=first_limit)
