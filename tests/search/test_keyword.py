@@ -206,6 +206,21 @@ def test_a_large_agents_two_passes_find_every_chunk_of_the_exact_top_ten(alice, 
             assert pruned.exact
 
 
+def test_a_large_agents_search_reads_the_query_as_query_lexemes_does(alice, index_files, settings):
+    """A large agent's search reads the query's lexemes with its keyword stats, in one statement: the
+    same lexemes, in the same order and as many, as query_lexemes (which snippets and the results use)."""
+    from search.keyword import MAX_QUERY_LEXEMES
+
+    index_files(alice, _notes(seed=16, count=12))
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    rng = random.Random(17)
+    long_query = " ".join("".join(rng.choice("bdgklmnprstvz") + rng.choice("aeiou") for _ in range(4)) for _ in range(400))
+    for query in ["When did Caroline go to the support group?", "東京で新しいプロジェクト 长期记忆", long_query]:
+        assert hits(alice, query).lexemes == query_lexemes(query)
+    assert len(query_lexemes(long_query)) == MAX_QUERY_LEXEMES
+
+
 def test_a_large_agents_filtered_search_is_exact_among_the_files_it_keeps(alice, index_files, settings, monkeypatch):
     """The bar for pass 2 is the 10th best chunk that passes the filter, not the 10th best overall."""
     from search import keyword
