@@ -26,6 +26,8 @@ MAX_QUERY_WINDOWS = 8
 def query_windows(text: str, *, max_tokens: int, limit: int = MAX_QUERY_WINDOWS) -> list[str]:
     """``text`` cut into at most ``limit`` windows of at most ``max_tokens`` tokens, in order (the
     first ``limit`` of them); ``[text]`` when it fits in one window."""
+    if "\n" not in text and len(text.encode()) <= max_tokens:
+        return [text]  # one line of no more bytes than the window has tokens (a token is a byte or more)
     windows = [span.text for span in chunk_markdown(text, max_tokens=max_tokens, overlap_tokens=0)]
     if len(windows) <= 1:
         return [text]

@@ -237,7 +237,8 @@ def memory_search(
         )
         # Usage bookkeeping: one small row, written even when the deadline has passed (slow searches are
         # the ones worth seeing); a failure to write it never fails the search.
-        search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
+        with deadline.bookkeeping():
+            search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
     return response
 
 
@@ -290,7 +291,8 @@ def _memory_search_shared(*, agent: Agent, scope, max_results: int | None, **sea
             took_ms=round((time.perf_counter() - started) * 1000, 2),
             message=" ".join(notes) if not results else " ".join(n for n in notes if not n.startswith("Nothing matched")),
         )
-        search_record(agent_id=agent.pk, mode=merged.mode, results=len(merged.results), took_ms=merged.took_ms)
+        with deadline.bookkeeping():
+            search_record(agent_id=agent.pk, mode=merged.mode, results=len(merged.results), took_ms=merged.took_ms)
     return merged
 
 
@@ -506,10 +508,11 @@ def _results(
                 regions = _snippet_regions(
                     agent_id=agent_id, group=group, spans=spans, files=files, file_lines=file_lines, shown=shown, budget=budget, keyword=keyword
                 )
-                # Lexemes of the lines not seen yet, in one query: each line at most once per search.
+                # Lexemes of the lines not seen yet, in one query: each line at most once per search. A
+                # region of one line needs none: its snippet starts at that line whatever it scores.
                 todo = {
                     (key, i): file_lines[key].lines[i]
-                    for item in regions if item for key, (a, b) in [item] for i in range(a, b + 1)
+                    for item in regions if item for key, (a, b) in [item] if a < b for i in range(a, b + 1)
                     if (key, i) not in line_lexemes
                 }
                 if keyword.lexemes:
@@ -525,10 +528,13 @@ def _results(
                 continue
             key, (a, b) = item
             lines = file_lines[key]
-            region_lexemes = [line_lexemes[(key, i)] for i in range(a, b + 1)]
+            if a < b:
+                scores = line_scores([line_lexemes[(key, i)] for i in range(a, b + 1)], keyword.idf, keyword.lexemes)
+            else:
+                scores = [0.0]
             memory_file = files[spans[c.chunk_id][0]]
             snippet = snippet_build(
-                file_lines=lines, region=(a, b), scores=line_scores(region_lexemes, keyword.idf, keyword.lexemes),
+                file_lines=lines, region=(a, b), scores=scores,
                 shown=shown.setdefault(memory_file.id, set()), budget=budget, query_lexemes=keyword.lexemes,
             )
             if snippet is None:

@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from indexing.chunking import chunk_markdown
+from search.deadline import SearchDeadline, SearchTimedOut
 from search.services import memory_search
 from tests.search.conftest import index_files, notes  # noqa: F401 (fixtures)
 
@@ -128,25 +129,25 @@ def test_every_query_of_a_search_runs_under_the_statement_timeout(alice, index_f
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_the_timeout_is_set_once_per_search_and_put_back(alice, index_files, notes, settings):
+def test_outside_a_transaction_each_statement_carries_the_timeout_in_its_own_round_trip(alice, index_files, notes, settings, monkeypatch):
+    from django.db.backends.postgresql.base import Cursor
+
     settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
     index_files(alice, {"memory/notes.md": notes})
     assert not connection.in_atomic_block  # as the API runs: autocommit
-    sets, timeouts = [], []
-
-    def record(execute, sql, params, many, context):
-        if "set_config('statement_timeout'" in sql:
-            sets.append(params)
-        elif not connection.in_atomic_block:
-            timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
-        return execute(sql, params, many, context)
-
     before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
-    with connection.execute_wrapper(record):
-        response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
-    assert response.results and len(timeouts) >= 3
-    assert set(timeouts) == {"1234ms"}
-    assert len(sets) == 2  # set, then put back: no round trips per phase
+    sent = []  # what reaches psycopg, one query string per round trip
+    execute = Cursor.execute
+    monkeypatch.setattr(Cursor, "execute", lambda cursor, query, *args, **kwargs: sent.append(query) or execute(cursor, query, *args, **kwargs))
+
+    response = memory_search(agent=alice.agent, query="When do we deploy the billing service?")
+    monkeypatch.undo()
+    assert response.results
+    # The usage row written after the search (usage/services.py) is bookkeeping, not one of its queries.
+    statements = [query for query in sent if "usage_searchevent" not in query]
+    assert len(statements) >= 4
+    assert all(query.startswith("SET LOCAL statement_timeout = 1234; ") for query in statements), statements
+    assert not any("set_config('statement_timeout'" in query for query in sent)  # no round trip to set or put back
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
@@ -189,16 +190,43 @@ def test_a_blocked_keyword_search_answers_503_within_its_deadline(alice, index_f
     assert took < 15, f"answered after {took:.1f} s"  # before: waited for the lock (30 s here, for ever in life)
 
 
+# The file table is read by the search's first statement (its checks), the stats by the keyword half.
+@pytest.mark.parametrize("table", ["indexing_memoryfile", "search_keywordagentstats"])
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_a_blocked_search_answers_503_too(alice, index_files, notes, lock_table, short_bounds):
+def test_outside_a_transaction_a_blocked_search_answers_503_too(alice, index_files, notes, lock_table, short_bounds, table):
     index_files(alice, {"memory/notes.md": notes})
-    lock_table("search_keywordagentstats")
+    lock_table(table)
     before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
     started = time.monotonic()
     response = alice.client.post("/api/v1/search", {"query": "billing", "mode": "keyword"}, format="json")
     assert response.status_code == 503, response.content
     assert time.monotonic() - started < 15
     # The connection is usable and its statement timeout is its own again.
+    assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_blocked_usage_row_does_not_hold_the_answer_back(alice, index_files, notes, lock_table, short_bounds):
+    index_files(alice, {"memory/notes.md": notes})
+    lock_table("usage_searchevent")
+    started = time.monotonic()
+    response = alice.client.post("/api/v1/search", {"query": "billing"}, format="json")
+    assert response.status_code == 200 and response.json()["results"]
+    assert time.monotonic() - started < 15  # the row's statement is cancelled at the statement timeout, not the lock's 30 s
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_that_cannot_carry_the_timeout_in_its_string_is_bounded_too(lock_table):
+    # Several parameter sets (or server-side binding) cannot take the setting ahead of the statement in
+    # one string: the statement runs in a transaction of its own after it.
+    connection.ensure_connection()
+    before = connection.connection.execute("SHOW statement_timeout").fetchone()[0]
+    lock_table("usage_searchevent")
+    started = time.monotonic()
+    with pytest.raises(SearchTimedOut):
+        with SearchDeadline(statement_timeout_ms=300).queries(), connection.cursor() as cursor:
+            cursor.executemany("SELECT count(*) FROM usage_searchevent WHERE id > %s", [(0,), (1,)])
+    assert time.monotonic() - started < 15
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 

@@ -2,6 +2,10 @@
 window of it is embedded and a memory close to any window is found at that window's distance; and the
 keyword half uses the query's words wherever they stand, not only its first 64 lexemes."""
 
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from indexing.chunking import chunk_markdown
 from search.query_windows import query_windows
 from search.services import memory_search
 
@@ -14,6 +18,15 @@ def test_a_long_query_is_cut_into_windows_of_whole_lines_within_the_window():
     assert len(windows) == 8  # capped: a 10,000-character query costs at most 8 embeddings
     assert all(window.split("\n")[0] in FILLER for window in windows)  # whole lines
     assert query_windows("a short question?", max_tokens=40) == ["a short question?"]
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), min_size=1, max_size=40))
+def test_a_one_line_query_of_no_more_bytes_than_the_window_has_tokens_is_one_window(text):
+    # query_windows answers such a query without tokenising it: the chunker agrees (a heading, a fence,
+    # CJK or emoji included) that it is one window.
+    assume(len(text.encode()) <= 40)
+    assert len(chunk_markdown(text, max_tokens=40, overlap_tokens=0)) <= 1
+    assert query_windows(text, max_tokens=40) == [text]
 
 
 def test_a_memory_matching_the_end_of_a_long_query_is_found_by_meaning(alice, index_files, fake_embeddings, settings):

@@ -139,7 +139,41 @@ def test_transcript_snippets_cite_the_original_jsonl_lines(alice, index_files, s
     assert any("dentist appointment on Thursday" in line for line in shown)
 
 
+def test_hits_of_one_line_each_ask_postgres_for_no_line_lexemes(alice, index_files, search, small_chunks):
+    from django.db import connection
+
+    # Paragraphs of one long line each: every chunk is one line (two would not fit in 120 tokens).
+    paragraphs = [" ".join(FILLER[(i + k) % len(FILLER)] for k in range(5)) for i in range(6)]
+    paragraphs[3] = "Caroline adopted a golden retriever named Biscuit; " + paragraphs[3]
+    content = "\n\n".join(paragraphs) + "\n"
+    (stored,) = index_files(alice, {"memory/log.md": content})
+    assert {(c.start_line, c.end_line) for c in stored.chunks.all()} == {(line, line) for line in range(1, 12, 2)}
+    lexed = []
+
+    def record(execute, sql, params, many, context):
+        if "unnest(%s::text[])" in sql:  # search.keyword.lines_lexemes
+            lexed.extend(params[1])
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        code, body = search(alice, "golden retriever Biscuit", max_results=3)
+    assert code == 200
+    top = body["results"][0]
+    assert top["start_line"] <= 7 <= top["end_line"] and "Caroline adopted" in top["snippet"]
+    assert_shows_exact_lines(top, content)
+    assert lexed == []  # a one-line region's snippet starts at its line whatever the line scores
+
+
 # --- snippet_build alone ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("score", [0, 2.5])
+def test_a_one_line_region_gives_the_same_snippet_whatever_its_score(score):
+    lines = FileLines(lines=[f"line {i:02d}" for i in range(10)])
+    shown = {3}
+    snippet = snippet_build(file_lines=lines, region=(4, 4), scores=[score], shown=shown, budget=23)
+    assert (snippet.first, snippet.last, snippet.text) == (3, 5, "line 03\nline 04\nline 05")
+    assert shown == {3, 4, 5, 6}
 
 
 def test_extension_alternates_after_and_before_within_the_budget():
