@@ -21,7 +21,9 @@ lexeme instead of a set-returning unnest of the whole vector per row.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -65,15 +67,18 @@ class KeywordResult:
     exact: bool = True
 
 
+# The query's lexemes in query order (parameters: KEYWORD_CONFIG, keyword_document(query)).
+_QUERY_LEXEMES_SQL = (
+    "SELECT lexeme, positions[1] AS first_position FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY positions[1], lexeme"
+)
+
+
 def query_lexemes(query: str) -> list[str]:
     """The distinct lexemes of ``query`` under the keyword index's configuration, in query order."""
     if not query.strip():
         return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY positions[1], lexeme",
-            [KEYWORD_CONFIG, keyword_document(query)],
-        )
+        cursor.execute(_QUERY_LEXEMES_SQL, [KEYWORD_CONFIG, keyword_document(query)])
         return [row[0] for row in cursor.fetchall()][:MAX_QUERY_LEXEMES]
 
 
@@ -148,26 +153,18 @@ LIMIT %(limit)s
 # Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
 # pass, without grouping: the matches come from the agent's own partial GIN index
 # (search/keyword_stats.py) restricted to the tsquery that keyword_candidates builds for this pass
-# (the rarest lexemes, then the combinations of the others that could still reach the top). Each match
+# (the sets of lexemes whose chunks could reach the top, see below SCORE_BUDGET). Each match
 # is scored with every lexeme of the query, so its score is its exact BM25. The last column counts the
 # matches read (before the file filter; one row of NULLs carries it when no match passes the filter):
 # when it reaches the pass's row limit, some were left unread.
-# {match}: the pass's condition on search_vector (_pass).
+# {columns} and {score} (_scoring_sql) spell the sum out term by term: a correlated subquery over the
+# terms' arrays (a function scan and an aggregate per row) cost ~2 µs per row, as much as reading the row
+# (a pass over 923 cached rows: 3.2 → 2.3 ms). {match}: the pass's condition on search_vector (_pass).
 _GIVEN_IDF_SQL = """
-WITH terms AS (
-    SELECT t.q, t.idf FROM unnest(%(terms)s::tsquery[], %(idfs)s::float8[]) AS t(q, idf) WHERE t.idf IS NOT NULL
-),
-scored AS (
-    SELECT m.id, m.file_id, m.start_line, m.end_line,
-           (SELECT sum(t.idf * r.tf * (%(k1)s::float8 + 1)
-                       / (r.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(m.token_count, 1) / %(avgdl)s::float8)))
-            FROM terms t
-            CROSS JOIN LATERAL (
-                SELECT round(1.0 / (1.6449340668482264 * (1.0 - LEAST(ts_rank('{{1,1,1,1}}', m.search_vector, t.q, 0), 0.999999)::float8)) - 0.5) AS tf
-            ) r
-            WHERE r.tf > 0) AS bm25
+WITH scored AS (
+    SELECT m.id, m.file_id, m.start_line, m.end_line, {score} AS bm25
     FROM (
-        SELECT c.id, c.file_id, c.start_line, c.end_line, c.token_count, c.search_vector
+        SELECT c.id, c.file_id, c.start_line, c.end_line, {columns}
         FROM {chunk} c
         WHERE c.agent_id = %(agent)s AND {{match}}
         {match_limit}
@@ -185,6 +182,20 @@ LEFT JOIN LATERAL (
 ORDER BY s.bm25 DESC, s.id
 """
 
+# Term frequency of query term i in a chunk from one ts_rank (see the module docstring), and BM25's
+# length normalisation of the chunk: computed once per row in the inner query, read by every term's score.
+_TF = "round(1.0 / (1.6449340668482264 * (1.0 - LEAST(ts_rank('{{1,1,1,1}}', c.search_vector, %(term_{i})s::tsquery, 0), 0.999999)::float8)) - 0.5) AS tf{i}"
+_NORM = "%(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(c.token_count, 1) / %(avgdl)s::float8) AS norm"
+_TERM_SCORE = "CASE WHEN m.tf{i} > 0 THEN %(idf_{i})s::float8 * m.tf{i} * (%(k1)s::float8 + 1) / (m.tf{i} + m.norm) ELSE 0 END"
+
+
+def _scoring_sql(idfs: list[float | None]) -> tuple[str, str, dict]:
+    """(the columns the inner query computes, the BM25 sum over them, their parameters) for the scored terms."""
+    scored = [i for i, idf in enumerate(idfs) if idf is not None]
+    columns = ", ".join([_NORM, *(_TF.format(i=i) for i in scored)])
+    score = " + ".join(_TERM_SCORE.format(i=i) for i in scored)
+    return columns, score or "0::float8", {f"idf_{i}": idfs[i] for i in scored}
+
 
 def bm25_idf(*, n: int, df: int) -> float:
     return math.log(1 + max(n - df + 0.5, 0.5) / (df + 0.5))
@@ -195,70 +206,67 @@ def bm25_idf(*, n: int, df: int) -> float:
 # early) and the df of a more common lexeme estimated from a sample of the agent's chunks. Reading
 # every chunk that contains a common word costs seconds at 100k chunks (measured: ~1.1 s to read 100k
 # search vectors), so the chunks are read in two passes (MaxScore-style pruning, exact where it can prove
-# it):
+# it). Each lexeme adds at most idf * tf_factor_bound to a chunk's score (BM25's term frequency factor for
+# the lexeme's largest count in one chunk and the shortest chunk holding it, from the stats; k1 + 1, its
+# limit, where the stats do not say). So a chunk scores above a threshold only if it holds one of the
+# threshold's reaching sets: the minimal sets of the query's lexemes whose bounds add up to more than it.
 #
-# 1. The chunks holding the query's rarest lexemes: lexemes are taken rarest first while their dfs add up
-#    to at most SCORE_BUDGET (the rarest one always; when it alone is more common than the budget,
-#    SCORE_BUDGET chunks holding two of the lexemes, or the one). Each is scored with every lexeme: its
-#    exact BM25. When fewer than EXACT_DEPTH chunks hold them (a name found in 3 chunks, then common
-#    words), up to SCORE_BUDGET chunks holding two of the other lexemes are read too, to set a bar.
-# 2. A chunk not read yet holds only the other lexemes, and each lexeme adds at most idf * tf_factor_bound
-#    to a score (BM25's term frequency factor for the lexeme's largest count in one chunk and the shortest
-#    chunk holding it, from the stats; k1 + 1, its limit, where the stats do not say). So only a chunk
-#    holding a set of them whose bounds add up to more than the EXACT_DEPTH-th best score of pass 1 could
-#    still enter the top: pass 2 reads the chunks matching any such set (one GIN bitmap per set, each an
-#    intersection of posting lists before any row is read), and none other.
+# 1. A threshold is guessed from the dfs alone: the highest one whose reaching sets the agent's chunks are
+#    expected to hold about SCORE_BUDGET times (as if lexemes occurred independently). The chunks holding
+#    one of its sets are read (one GIN bitmap per set, each an intersection of posting lists before any
+#    row is read, at most FIRST_PASS_LIMIT times the budget), each scored with every lexeme: its exact
+#    BM25. Every chunk scoring above the guess is among them. (When the guess has more than
+#    MAX_REACHING_SETS sets, the chunks of the rarest lexemes whose dfs add up to the budget instead.)
+# 2. The EXACT_DEPTH-th best score of pass 1 is the bar: only a chunk holding one of the bar's reaching
+#    sets could still enter the top, and pass 2 reads those not read yet (a set holding one of pass 1's
+#    is skipped: its chunks were all read). When ten chunks scored above the guess, none is left and the
+#    search is one pass.
 #
-# The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless pass 2 reached its row limit
-# (MAX_SCORED_ROWS, with pass 1: the hard cap on a search's work), which KeywordResult.exact reports.
-# How the budget and the cap were chosen: docs/benchmarks.md, "Search at scale".
+# The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless a pass reached its row limit
+# (MAX_SCORED_ROWS for both passes together: the hard cap on a search's work), which KeywordResult.exact
+# reports. Reading the rarest lexemes' chunks first instead (up to 1,000 of them, then the sets the bar
+# left) read 896 chunks per search at the median where this reads 367, for the same proven top 10
+# (bench_scale's 100k-chunk agent). How the budget was chosen: docs/benchmarks.md, "Search at scale".
 RARE_DF_CAP = 500
 SAMPLE_CHUNKS = 500
-SCORE_BUDGET = 1000
+SCORE_BUDGET = 300
+FIRST_PASS_LIMIT = 4  # the estimate's independence fails for words that go together: a bound on pass 1
+THRESHOLD_STEPS = 10  # bisection steps of the guess: within 1/1024 of the bounds' sum
 EXACT_DEPTH = 10
 MAX_SCORED_ROWS = 12_000
-# More sets than this (long queries of similar words): pass 2 reads the chunks of any remaining lexeme.
+# More sets than this (long queries of similar words): a pass reads the chunks of any lexeme.
 MAX_REACHING_SETS = 64
 
 
-def searched_terms(dfs: list[int], *, budget: int) -> tuple[list[int], bool]:
-    """(indexes of the lexemes whose chunks are scored, whether the match must be capped at ``budget``):
-    the rarest lexemes whose dfs add up to at most ``budget``, and always the rarest one that occurs."""
-    chosen, total = [], 0
-    for i in sorted(range(len(dfs)), key=lambda i: (dfs[i], i)):
-        if total > 0 and total + dfs[i] > budget:
-            break
-        chosen.append(i)
-        total += dfs[i]
-    return sorted(chosen), total > budget
-
-
-def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
+def minimal_sets(bounds: list[float], threshold: float) -> Iterator[list[int]]:
     """The minimal sets of indexes of ``bounds`` whose bounds add up to more than ``threshold`` (each
-    sorted), or None when there are more than ``at_most`` of them. A chunk whose lexemes' bounds add up
-    to no more than the threshold cannot score above it; every other one holds one of these sets."""
+    sorted), one at a time, so that a caller may stop early. A chunk whose lexemes' bounds add up to no
+    more than the threshold cannot score above it; every other one holds one of these sets."""
     order = sorted(range(len(bounds)), key=lambda i: (-bounds[i], i))
     left = [0.0] * (len(order) + 1)  # left[k]: the bounds of order[k:], added up
     for k in range(len(order) - 1, -1, -1):
         left[k] = left[k + 1] + bounds[order[k]]
-    found: list[list[int]] = []
 
-    def grow(start: int, chosen: list[int], total: float) -> bool:
-        # Largest bounds first: a set is recorded as soon as it reaches, so dropping any of its members
+    def grow(start: int, chosen: list[int], total: float) -> Iterator[list[int]]:
+        # Largest bounds first: a set is given as soon as it reaches, so dropping any of its members
         # (each at least as large as the last one added) falls back below the threshold.
         for k in range(start, len(order)):
             if total + left[k] <= threshold:
-                return True
+                return
             i = order[k]
             if total + bounds[i] > threshold:
-                found.append(sorted([*chosen, i]))
-                if len(found) > at_most:
-                    return False
-            elif not grow(k + 1, [*chosen, i], total + bounds[i]):
-                return False
-        return True
+                yield sorted([*chosen, i])
+            else:
+                yield from grow(k + 1, [*chosen, i], total + bounds[i])
 
-    return sorted(found) if grow(0, [], 0.0) else None
+    return grow(0, [], 0.0)
+
+
+def reaching_sets(bounds: list[float], threshold: float, *, at_most: int) -> list[list[int]] | None:
+    """The minimal_sets of ``bounds`` above ``threshold``, sorted, or None when there are more than
+    ``at_most`` of them."""
+    found = list(itertools.islice(minimal_sets(bounds, threshold), at_most + 1))
+    return sorted(found) if len(found) <= at_most else None
 
 
 _LARGE_AGENT_STATS_SQL = """
@@ -336,19 +344,31 @@ def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> _Plan | None:
-    """Like _large_agent_plan, from the agent's background keyword stats (search/keyword_stats.py), or
+# query_lexemes and the agent's keyword stats for them (search/keyword_stats.py; NULLs when it has none) in
+# one round trip: the search needs both before it reads a chunk (0.7 → 0.5 ms against two statements).
+_LEXEMES_AND_STATS_SQL = f"""
+WITH q AS MATERIALIZED ({_QUERY_LEXEMES_SQL} LIMIT {MAX_QUERY_LEXEMES})
+SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme), a.chunks, a.avg_tokens, a.last_chunk_id IS NOT NULL,
+       (SELECT json_object_agg(t.lexeme, json_build_array(t.df, t.max_tf, t.min_tokens)) FROM {TERM_STATS} t
+        WHERE t.agent_id = a.agent_id AND t.lexeme IN (SELECT lexeme FROM q))
+FROM (SELECT 1) one LEFT JOIN {AGENT_STATS} a ON a.agent_id = %s
+"""
+
+
+def _lexemes_and_stats(*, agent_id: int, query: str) -> tuple[list[str], tuple | None]:
+    """(query_lexemes(query), the agent's keyword stats row for them or None) in one statement."""
+    if not query.strip():
+        return [], None
+    with connection.cursor() as cursor:
+        cursor.execute(_LEXEMES_AND_STATS_SQL, [KEYWORD_CONFIG, keyword_document(query), agent_id])
+        lexemes, *stats = cursor.fetchone()
+    return lexemes, (tuple(stats) if stats[0] is not None else None)
+
+
+def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str], row: tuple | None) -> _Plan | None:
+    """Like _large_agent_plan, from the agent's background keyword stats ``row`` (_lexemes_and_stats), or
     None when it has none. A lexeme the stats do not know (new since the last count, or absent) is
     counted now, up to RARE_DF_CAP: if it is new, the chunks holding it must stay findable."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT a.chunks, a.avg_tokens, a.last_chunk_id IS NOT NULL, "
-            f"(SELECT json_object_agg(t.lexeme, json_build_array(t.df, t.max_tf, t.min_tokens)) FROM {TERM_STATS} t "
-            " WHERE t.agent_id = a.agent_id AND t.lexeme = ANY(%s)) "
-            f"FROM {AGENT_STATS} a WHERE a.agent_id = %s",
-            [lexemes, agent_id],
-        )
-        row = cursor.fetchone()
     if row is None:
         return None
     n, avgdl, bounded, known = row[0], float(row[1] or 1), row[2], row[3] or {}
@@ -364,7 +384,7 @@ def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str]) -> _Plan
 
 def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
     """The agent's chunks matching any lexeme of ``query``, best BM25 first (at most ``limit``)."""
-    lexemes = query_lexemes(query)
+    lexemes, stats = _lexemes_and_stats(agent_id=agent_id, query=query)
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})
     terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
@@ -381,7 +401,7 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         file_where = f"WHERE {clause}"
 
     large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
-    plan = _stats_plan(agent_id=agent_id, lexemes=lexemes, terms=terms)
+    plan = _stats_plan(agent_id=agent_id, lexemes=lexemes, terms=terms, row=stats)
     if plan is None and _agent_size(agent_id, large_from + 1) > large_from:
         plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
     exact = True
@@ -398,12 +418,13 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         dfs = plan.dfs
         scored = set(sorted((i for i, df in enumerate(dfs) if df > 0), key=lambda i: (dfs[i], i))[:MAX_SCORED_LEXEMES])
         idfs = [bm25_idf(n=plan.n, df=df) if i in scored else None for i, df in enumerate(dfs)]
-        params.update(idfs=idfs, avgdl=plan.avgdl)
+        columns, score, idf_params = _scoring_sql(idfs)
+        params.update(idf_params, avgdl=plan.avgdl, **{f"term_{i}": term for i, term in enumerate(terms)})
         rows, exact = _two_passes(
             params=params, terms=terms, plan=plan, idfs=idfs, kept=sorted(scored) or list(range(len(dfs))),
             depth=min(limit, EXACT_DEPTH), limit=limit,
             sql=_GIVEN_IDF_SQL.format(
-                chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}"
+                chunk=CHUNK, file_join=file_join, file_where=file_where, match_limit="{match_limit}", columns=columns, score=score
             ),
         )
         if not rows:
@@ -433,7 +454,8 @@ def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None
     match = "(" + (" OR ".join(f"c.search_vector @@ %(match_{i})s::tsquery" for i in range(len(queries))) or "FALSE") + ")"
     if seen:
         match += " AND NOT c.search_vector @@ %(seen)s::tsquery"
-    match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else ""
+    # OFFSET 0 keeps the matches a subquery of their own, so each rank is computed once per row.
+    match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else "OFFSET 0"
     sql = sql.replace("{match_limit}", match_limit).replace("{match}", match)
     values = {**params, **{f"match_{i}": query for i, query in enumerate(queries)}, "seen": seen}
     with connection.cursor() as cursor:
@@ -442,49 +464,77 @@ def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None
     return [row for row in rows if row[0] is not None], rows[0][5]
 
 
+def _first_threshold(bounds: list[float], shares: list[float], *, n: int, enough: float) -> float:
+    """The highest threshold (within 1/2^THRESHOLD_STEPS of the bounds' sum) whose reaching sets the
+    agent's chunks are expected to hold at least ``enough`` times, each set's chunks estimated as ``n``
+    times the product of its lexemes' shares of the chunks (as if lexemes occurred independently); 0 when
+    all the lexemes' chunks together fall short. More than MAX_REACHING_SETS sets count as enough."""
+
+    def reaches(threshold: float) -> bool:
+        expected = 0.0
+        for count, group in enumerate(minimal_sets(bounds, threshold), 1):
+            expected += n * math.prod(shares[j] for j in group)
+            if expected >= enough or count > MAX_REACHING_SETS:
+                return True
+        return False
+
+    low, high = 0.0, sum(bounds)
+    if not reaches(low):
+        return low
+    for _ in range(THRESHOLD_STEPS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if reaches(middle) else (low, middle)
+    return low
+
+
+def _rarest(shares: list[float], *, budget: float) -> list[int]:
+    """The indexes of the rarest lexemes whose shares add up to at most ``budget``, and always the rarest."""
+    chosen, total = [], 0.0
+    for i in sorted(range(len(shares)), key=lambda i: (shares[i], i)):
+        if chosen and total + shares[i] > budget:
+            break
+        chosen.append(i)
+        total += shares[i]
+    return chosen
+
+
 def _two_passes(
     *, sql: str, params: dict, terms: list[str], plan: _Plan, idfs: list[float | None], kept: list[int],
     depth: int, limit: int,
 ) -> tuple[list, bool]:
     """(the best ``limit`` rows, whether their first ``depth`` are proven exact) of a large agent's search:
-    the two passes described above SCORE_BUDGET."""
-    dfs = plan.dfs
-    chosen, capped = searched_terms([dfs[i] for i in kept], budget=SCORE_BUDGET)
-    searched = [kept[j] for j in chosen]
-    rarest = " | ".join(terms[i] for i in searched)  # uncapped, pass 1 reads every chunk holding one of these
-    first = [rarest]
-    pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1 :] if idfs[a] is not None and idfs[b] is not None]
-    if capped and 0 < len(pairs) <= MAX_REACHING_SETS:
-        # Every lexeme is common: SCORE_BUDGET chunks holding two of them set a higher bar for pass 2
-        # than as many holding the rarest one.
-        first = [f"{terms[a]} & {terms[b]}" for a, b in pairs]
-    rows, read = _pass(sql, params, queries=first, row_limit=SCORE_BUDGET if capped else None)
-    # Lexemes some of whose chunks pass 1 did not read (all of them when it read only part of the rarest).
-    rest = [i for i in kept if idfs[i] is not None and (capped or i not in searched)]
-    if not rest:
-        return rows, True
-    rest_pairs = [f"{terms[a]} & {terms[b]}" for x, a in enumerate(rest) for b in rest[x + 1 :]]
-    if len(rows) < depth and not capped and 0 < len(rest_pairs) <= MAX_REACHING_SETS:
-        # Too few chunks hold the rarest lexemes to set a bar (a name found in 3 chunks, then common
-        # words): up to SCORE_BUDGET chunks holding two of the others set one, as in the capped case.
-        more, more_read = _pass(
-            sql, params, queries=rest_pairs, seen=rarest, row_limit=SCORE_BUDGET
-        )
-        rows, read = _merged(rows, more, limit=limit), read + more_read
-    threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
+    the two passes described above SCORE_BUDGET, over the ``kept`` lexemes that have an IDF."""
+    scored = [i for i in kept if idfs[i] is not None]
+    if not scored:
+        return [], True
+    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in scored]
 
-    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in rest]
+    def queries(sets: list[list[int]]) -> list[str]:
+        return [" & ".join(terms[scored[j]] for j in group) for group in sets]
+
+    shares = [plan.dfs[i] / plan.n for i in scored]
+    guess = _first_threshold(bounds, shares, n=plan.n, enough=SCORE_BUDGET)
+    first = reaching_sets(bounds, guess, at_most=MAX_REACHING_SETS)
+    if not first:  # too many sets (long queries of similar words): the rarest lexemes' chunks, about a budget
+        first = [[j] for j in _rarest(shares, budget=SCORE_BUDGET / plan.n)]
+    first_limit = min(FIRST_PASS_LIMIT * SCORE_BUDGET, MAX_SCORED_ROWS)
+    rows, read = _pass(sql, params, queries=queries(first), row_limit=first_limit)
+    complete = read < first_limit  # then every chunk holding one of the first sets is scored
+
+    threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
     # Float sums of the same terms can differ in their last bits: a chunk that ties is read, not skipped.
     sets = reaching_sets(bounds, threshold * (1 - 1e-9), at_most=MAX_REACHING_SETS)
     if sets is None:
-        sets = [[j] for j in range(len(rest))]
+        sets = [[j] for j in range(len(scored))]
+    if complete:  # a set holding one of the first pass's has no chunk left to read
+        sets = [group for group in sets if not any(set(done) <= set(group) for done in first)]
     if not sets:
         return rows, True
-    row_limit = max(MAX_SCORED_ROWS - read, 1)
-    more, more_read = _pass(
-        sql, params, queries=[" & ".join(terms[rest[j]] for j in group) for group in sets],
-        seen=None if capped else rarest, row_limit=row_limit,
-    )
+    if read >= MAX_SCORED_ROWS:
+        return rows, False
+    row_limit = MAX_SCORED_ROWS - read
+    seen = " | ".join(f"( {query} )" for query in queries(first)) if complete else None
+    more, more_read = _pass(sql, params, queries=queries(sets), seen=seen, row_limit=row_limit)
     return _merged(rows, more, limit=limit), more_read < row_limit
 
 

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
+from search.keyword import SCORE_BUDGET
+
 # bench_scale sets these for its synthetic identity; they are put back after the run.
 TOUCHED = (
     "MEMORYHUB_EMBEDDING_PROVIDER", "MEMORYHUB_EMBEDDING_MODEL", "MEMORYHUB_EMBEDDING_DIMENSIONS",
@@ -27,7 +29,7 @@ def test_bench_scale_builds_measures_and_drops_its_database(partitions):
     try:
         call_command(
             "bench_scale", chunks=3000, agents=5, big=1500, dims=16, queries=6, min_chunks=500,
-            keyword_budgets="100,1000", catalog=3, database="test_memoryhub_bench_scale_smoke", stdout=out,
+            keyword_budgets=f"30,{SCORE_BUDGET}", catalog=3, database="test_memoryhub_bench_scale_smoke", stdout=out,
         )
     finally:
         for name, value in saved.items():
@@ -41,14 +43,15 @@ def test_bench_scale_builds_measures_and_drops_its_database(partitions):
     overhead = next(line for line in report.splitlines() if line.startswith("| big (1,500 chunks, hnsw) |") and "×" in line)
     assert overhead.count("×**") == 2 and "ms |" in overhead
     assert "POST /api/v1/search p50 / p95" in report
-    # 1,500 chunks: every word fits, so exact BM25 (plain and tie-aware overlap alike)
-    assert "| budget 1,000 (default) | 1.000 | 1.000 |" in report
+    # the two passes find the exact BM25 top 10 (plain and tie-aware overlap alike)
+    default = f"| budget {SCORE_BUDGET:,} (default) |"
+    assert f"{default} 1.000 | 1.000 |" in report
     # bm25s over the same lexemes ranks as the exact BM25 does up to ties (the yardstick computes the same
     # ranking), and each budget's time is given against it
     bm25s_row = next(line for line in report.splitlines() if line.startswith("| bm25s "))
     assert bm25s_row.split("|")[3].strip() == "1.000"
-    assert "| budget 1,000 (default) | 1.000 | 1.000 | 1.00 |" in report  # and proven so
-    budget_row = next(line for line in report.splitlines() if line.startswith("| budget 1,000 (default) |"))
+    assert f"{default} 1.000 | 1.000 | 1.00 |" in report  # and proven so
+    budget_row = next(line for line in report.splitlines() if line.startswith(default))
     assert float(budget_row.rstrip(" |").rsplit("|", 1)[1]) > 0
     # catalog mode: 3 more agents' GIN + HNSW indexes, the big agent measured with and without them
     assert "catalog: 6 more partial indexes (3 agents x GIN + HNSW)" in report

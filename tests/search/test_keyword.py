@@ -1,9 +1,11 @@
 """The keyword half alone: natural-language questions match, BM25 ranks with this agent's IDF, any
 text is safe, CJK is findable."""
 
+import random
+
 import pytest
 
-from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes, reaching_sets, searched_terms
+from search.keyword import keyword_candidates, lexeme_tsquery, query_lexemes, reaching_sets
 from search.keyword_stats import keyword_stats_sync
 from search.types import SearchFilters
 from tests.search.conftest import gin_only_plan
@@ -161,11 +163,62 @@ def test_a_large_agents_budget_does_not_lose_a_top_ten_chunk_holding_only_common
 
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     keyword_stats_sync()
-    monkeypatch.setattr(keyword, "SCORE_BUDGET", 10)  # zebra's df: the first pass reads the zebra chunks only
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 10)  # a first pass of about the zebra notes' number
     pruned = hits(alice, "zebra apple")
     assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
     assert [h.bm25 for h in pruned.hits] == pytest.approx([h.bm25 for h in exact.hits])
     assert pruned.exact
+
+
+def _notes(seed: int, count: int) -> dict[str, str]:
+    """One-line notes of 3 to 30 made-up words drawn with Zipf-like frequencies, some repeated: a corpus
+    where common words pair up, rare ones are few, and lengths and counts vary."""
+    rng = random.Random(seed)
+    words = sorted({"".join(rng.choice("bdgklmnprstvz") + rng.choice("aeiou") for _ in range(3)) for _ in range(60)})
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    return {
+        f"memory/note-{i:03d}.md": " ".join(rng.choices(words, weights, k=rng.randint(3, 30))) for i in range(count)
+    }
+
+
+def test_a_large_agents_two_passes_find_every_chunk_of_the_exact_top_ten(alice, index_files, settings, monkeypatch):
+    """Whatever the first pass reads (a budget from one chunk to all of them), the second finds every
+    chunk the first left out that belongs in the top ten: the ten best scores are exact BM25's, proven."""
+    from search import keyword
+
+    notes = _notes(seed=14, count=120)
+    index_files(alice, notes)
+    rng = random.Random(15)
+    vocabulary = sorted({word for text in notes.values() for word in text.split()})
+    queries = [" ".join(rng.sample(vocabulary, rng.randint(2, 6))) for _ in range(12)]
+    exact = {query: _exact_hits(alice, query, settings, monkeypatch) for query in queries}
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    # With at most 2 word sets per pass, long queries take the way round: the rarest words' chunks first,
+    # then every chunk of a word the bar cannot rule out.
+    for budget, sets in ((1, 64), (4, 64), (15, 64), (60, 64), (1000, 64), (4, 2), (60, 2)):
+        monkeypatch.setattr(keyword, "SCORE_BUDGET", budget)
+        monkeypatch.setattr(keyword, "MAX_REACHING_SETS", sets)
+        for query in queries:
+            pruned = hits(alice, query)
+            assert [h.bm25 for h in pruned.hits] == pytest.approx([h.bm25 for h in exact[query].hits]), (budget, sets, query)
+            assert pruned.exact
+
+
+def test_a_large_agents_search_reads_the_query_as_query_lexemes_does(alice, index_files, settings):
+    """A large agent's search reads the query's lexemes with its keyword stats, in one statement: the
+    same lexemes, in the same order and as many, as query_lexemes (which snippets and the results use)."""
+    from search.keyword import MAX_QUERY_LEXEMES
+
+    index_files(alice, _notes(seed=16, count=12))
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    rng = random.Random(17)
+    long_query = " ".join("".join(rng.choice("bdgklmnprstvz") + rng.choice("aeiou") for _ in range(4)) for _ in range(400))
+    for query in ["When did Caroline go to the support group?", "東京で新しいプロジェクト 长期记忆", long_query]:
+        assert hits(alice, query).lexemes == query_lexemes(query)
+    assert len(query_lexemes(long_query)) == MAX_QUERY_LEXEMES
 
 
 def test_a_large_agents_filtered_search_is_exact_among_the_files_it_keeps(alice, index_files, settings, monkeypatch):
@@ -198,7 +251,9 @@ def test_a_large_agents_second_pass_reads_its_own_chunks_only(alice, bob, index_
     index_files(bob, {f"memory/{i}.md": "zebra apple " * 3 for i in range(5)})
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     keyword_stats_sync()
-    monkeypatch.setattr(keyword, "SCORE_BUDGET", 5)  # both words more common: pass 2 reads each word's chunks
+    # A first pass aiming at one chunk reads those holding both words (none of alice's, all of bob's), so
+    # nothing sets a bar and pass 2 reads each word's chunks.
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 1)
     pruned = hits(alice, "zebra apple", limit=50)
     assert pruned.exact and len(pruned.hits) == 22
     assert set(Chunk.objects.filter(pk__in=[h.chunk_id for h in pruned.hits]).values_list("agent_id", flat=True)) == {alice.agent.pk}
@@ -218,7 +273,8 @@ def test_a_common_word_that_cannot_reach_the_top_ten_is_not_read(alice, index_fi
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     keyword_stats_sync()
     monkeypatch.setattr(keyword, "SCORE_BUDGET", 12)
-    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 12)
+    # A pass knows it read every chunk of its sets when it stops short of its row limit: 12 + 1.
+    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 13)
     pruned = hits(alice, "zebra apple")
     assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
     assert pruned.exact
@@ -237,20 +293,6 @@ def test_a_common_word_that_cannot_reach_the_top_ten_is_not_read(alice, index_fi
 )
 def test_reaching_sets_are_the_minimal_word_sets_that_could_score_above_the_threshold(bounds, threshold, expected):
     assert reaching_sets(bounds, threshold, at_most=5) == expected
-
-
-@pytest.mark.parametrize(
-    ("dfs", "budget", "expected"),
-    [
-        ([10, 3, 40], 100, ([0, 1, 2], False)),  # everything fits: exact BM25
-        ([10, 3, 40], 20, ([0, 1], False)),  # rarest first while the sum fits
-        ([900, 700], 500, ([1], True)),  # the rarest alone is too common: capped
-        ([0, 900], 500, ([0, 1], True)),  # an absent word (df 0) never stands in for the rest
-        ([0, 0], 500, ([0, 1], False)),
-    ],
-)
-def test_searched_terms_take_the_rarest_words_within_the_budget(dfs, budget, expected):
-    assert searched_terms(dfs, budget=budget) == expected
 
 
 def test_a_small_agent_is_read_through_its_own_rows_never_the_all_agent_gin_index(alice, index_files):

@@ -102,7 +102,7 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="memoryhub_bench_scale", help="Throw-away database to build (dropped first).")
         parser.add_argument("--keep", action="store_true", help="Keep the database afterwards (drop it by hand).")
         parser.add_argument(
-            "--keyword-budgets", default="1000,1500,2000,3000",
+            "--keyword-budgets", default="100,300,1000",
             help="SCORE_BUDGET values whose top 10 is compared with exact BM25 for the big agent (comma-separated).",
         )
         parser.add_argument(
@@ -473,8 +473,8 @@ class Command(BaseCommand):
 
     def keyword_budgets(self, agent_id: int, texts: list[str]) -> None:
         """How much of an exact BM25 top 10 the keyword half keeps for a large agent, per row budget
-        (SCORE_BUDGET: the chunks of the rarest query words search/keyword.py reads first, before the
-        second pass reads those the bound cannot rule out), how often it proves its top 10 exact, and its
+        (SCORE_BUDGET: about how many chunks search/keyword.py's first pass reads, before the second
+        reads those the bar it sets cannot rule out), how often it proves its top 10 exact, and its
         time against bm25s computing the same ranking in process.
 
         Two measures: the plain overlap (the ids of the budgeted top 10 that are ids of the exact top 10)
