@@ -74,6 +74,9 @@ return 0
 """
 
 
+_NO_ANSWER = object()  # _Store._script: Redis did not answer
+
+
 class _Store:
     """Counters in Redis when it answers, in this process otherwise."""
 
@@ -83,8 +86,7 @@ class _Store:
         self._lock = threading.Lock()
         self._local: dict[str, tuple[int, float]] = {}  # key → (count, expiry on the monotonic clock)
         self._local_tat: dict[str, float] = {}  # key → GCRA's theoretical arrival time (ms)
-        self._gcra = None
-        self._gcra_hold = None
+        self._scripts: dict[str, object] = {}  # Lua source → the script registered with Redis
 
     def _redis(self):
         if time.monotonic() < self._redis_down_until:
@@ -99,17 +101,26 @@ class _Store:
         logger.warning("rate limits: Redis does not answer (%s); counting in this process for %g s", exc.__class__.__name__, REDIS_RETRY_AFTER)
         self._redis_down_until = time.monotonic() + REDIS_RETRY_AFTER
 
+    def _script(self, source: str, *, keys: list, args: list):
+        """What the Lua ``source`` answers in Redis (registered once), or _NO_ANSWER when Redis does not
+        answer: the caller then counts in this process."""
+        client = self._redis()
+        if client is None:
+            return _NO_ANSWER
+        try:
+            if source not in self._scripts:
+                self._scripts[source] = client.register_script(source)
+            return self._scripts[source](keys=keys, args=args)
+        except Exception as exc:
+            self._redis_failed(exc)
+            return _NO_ANSWER
+
     def gcra(self, key: str, *, interval_ms: float, tolerance_ms: float) -> float:
         """Milliseconds until a call under ``key`` is allowed (0: allowed, and counted)."""
         now = time.time() * 1000
-        client = self._redis()
-        if client is not None:
-            try:
-                if self._gcra is None:
-                    self._gcra = client.register_script(_GCRA)
-                return float(self._gcra(keys=[key], args=[int(now), interval_ms, tolerance_ms]))
-            except Exception as exc:
-                self._redis_failed(exc)
+        answer = self._script(_GCRA, keys=[key], args=[int(now), interval_ms, tolerance_ms])
+        if answer is not _NO_ANSWER:
+            return float(answer)
         with self._lock:
             tat = max(self._local_tat.get(key, now), now)
             allowed_at = tat + interval_ms - tolerance_ms
@@ -123,15 +134,8 @@ class _Store:
     def gcra_hold(self, key: str, *, tat_ms: float) -> None:
         """Move ``key``'s theoretical arrival time on to ``tat_ms`` (never back)."""
         now = time.time() * 1000
-        client = self._redis()
-        if client is not None:
-            try:
-                if self._gcra_hold is None:
-                    self._gcra_hold = client.register_script(_GCRA_HOLD)
-                self._gcra_hold(keys=[key], args=[int(tat_ms), int(now)])
-                return
-            except Exception as exc:
-                self._redis_failed(exc)
+        if self._script(_GCRA_HOLD, keys=[key], args=[int(tat_ms), int(now)]) is not _NO_ANSWER:
+            return
         with self._lock:
             self._local_tat[key] = max(self._local_tat.get(key, now), tat_ms)
 
