@@ -62,8 +62,7 @@ class KeywordResult:
     lexemes: list[str]  # the query's lexemes, as the column stores them
     idf: dict[str, float]  # per-agent IDF of each lexeme that matched something
     # Whether the first min(limit, EXACT_DEPTH) hits are proven to be those of an unbounded BM25 with the
-    # same IDFs: always, but for a large agent whose search reached MAX_SCORED_ROWS (see SCORE_BUDGET),
-    # and as far as the keyword stats' term bounds hold (chunks written since their last run may not).
+    # same IDFs: always, but for a large agent whose search reached MAX_SCORED_ROWS (see SCORE_BUDGET).
     exact: bool = True
 
 
@@ -221,6 +220,10 @@ def bm25_idf(*, n: int, df: int) -> float:
 #    sets could still enter the top, and pass 2 reads those not read yet (a set holding one of pass 1's
 #    is skipped: its chunks were all read). When ten chunks scored above the guess, none is left and the
 #    search is one pass.
+# The stats' bounds hold for the chunks they counted (id up to their last_chunk_id); a chunk written since
+# may hold a lexeme more often, or be shorter. So pass 1 also reads every newer chunk holding a scored
+# lexeme (a range of the agent's primary key: the chunk table is partitioned by agent), and pass 2 leaves
+# them out, or reads them again when pass 1 stopped at its row limit before reading them all.
 #
 # The top EXACT_DEPTH of the two passes is then the unbounded BM25's, unless a pass reached its row limit
 # (MAX_SCORED_ROWS for both passes together: the hard cap on a search's work), which KeywordResult.exact
@@ -303,6 +306,7 @@ class _Plan:
     n: int  # the agent's chunks
     avgdl: float
     tf_bounds: list[tuple[int, int] | None]  # per lexeme (max_tf, min_tokens) from the stats, or None
+    bounded_to: int | None = None  # the last chunk id the tf_bounds counted (None: no bounds)
 
 
 def tf_factor_bound(bound: tuple[int, int] | None, *, avgdl: float) -> float:
@@ -348,7 +352,7 @@ def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
 # one round trip: the search needs both before it reads a chunk (0.7 → 0.5 ms against two statements).
 _LEXEMES_AND_STATS_SQL = f"""
 WITH q AS MATERIALIZED ({_QUERY_LEXEMES_SQL} LIMIT {MAX_QUERY_LEXEMES})
-SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme), a.chunks, a.avg_tokens, a.last_chunk_id IS NOT NULL,
+SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme), a.chunks, a.avg_tokens, a.last_chunk_id,
        (SELECT json_object_agg(t.lexeme, json_build_array(t.df, t.max_tf, t.min_tokens)) FROM {TERM_STATS} t
         WHERE t.agent_id = a.agent_id AND t.lexeme IN (SELECT lexeme FROM q))
 FROM (SELECT 1) one LEFT JOIN {AGENT_STATS} a ON a.agent_id = %s
@@ -371,15 +375,15 @@ def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str], row: tup
     counted now, up to RARE_DF_CAP: if it is new, the chunks holding it must stay findable."""
     if row is None:
         return None
-    n, avgdl, bounded, known = row[0], float(row[1] or 1), row[2], row[3] or {}
+    n, avgdl, bounded_to, known = row[0], float(row[1] or 1), row[2], row[3] or {}
     unknown = [i for i, lexeme in enumerate(lexemes) if lexeme not in known]
     counted = dict(zip(unknown, _capped_dfs(agent_id=agent_id, terms=[terms[i] for i in unknown]))) if unknown else {}
     dfs = [known[lexeme][0] if i not in counted else counted[i] for i, lexeme in enumerate(lexemes)]
     tf_bounds = [
-        (known[lexeme][1], known[lexeme][2]) if bounded and i not in counted and None not in known[lexeme] else None
+        (known[lexeme][1], known[lexeme][2]) if bounded_to is not None and i not in counted and None not in known[lexeme] else None
         for i, lexeme in enumerate(lexemes)
     ]
-    return _Plan(dfs=dfs, n=max(n, 1), avgdl=avgdl, tf_bounds=tf_bounds)
+    return _Plan(dfs=dfs, n=max(n, 1), avgdl=avgdl, tf_bounds=tf_bounds, bounded_to=bounded_to)
 
 
 def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
@@ -444,20 +448,23 @@ def _hits(rows) -> list[KeywordHit]:
     ]
 
 
-def _pass(sql: str, params: dict, *, queries: list[str], seen: str | None = None, row_limit: int | None) -> tuple[list, int]:
+def _pass(
+    sql: str, params: dict, *, queries: list[str], also: str = "", seen: str = "", row_limit: int | None
+) -> tuple[list, int]:
     """(the best ``limit`` rows scored, the matches read) of one pass of _GIVEN_IDF_SQL over the chunks
-    matching any of ``queries`` but not ``seen``.
+    matching any of ``queries`` or the SQL condition ``also``, but not the SQL condition ``seen``.
 
     Each query is its own ``@@`` so that the planner ORs one GIN bitmap per query: an AND of two common
     lexemes is then an intersection of their posting lists, while one tsquery ORing several ANDs made
     GIN test every chunk of every lexeme in it (measured: 50-85 ms for 9-40 ANDs of common lexemes)."""
-    match = "(" + (" OR ".join(f"c.search_vector @@ %(match_{i})s::tsquery" for i in range(len(queries))) or "FALSE") + ")"
+    matches = [f"c.search_vector @@ %(match_{i})s::tsquery" for i in range(len(queries))] + ([f"({also})"] if also else [])
+    match = "(" + (" OR ".join(matches) or "FALSE") + ")"
     if seen:
-        match += " AND NOT c.search_vector @@ %(seen)s::tsquery"
+        match += f" AND NOT ({seen})"
     # OFFSET 0 keeps the matches a subquery of their own, so each rank is computed once per row.
     match_limit = f"LIMIT {int(row_limit)}" if row_limit is not None else "OFFSET 0"
     sql = sql.replace("{match_limit}", match_limit).replace("{match}", match)
-    values = {**params, **{f"match_{i}": query for i, query in enumerate(queries)}, "seen": seen}
+    values = {**params, **{f"match_{i}": query for i, query in enumerate(queries)}}
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         rows = cursor.fetchall()
@@ -517,9 +524,13 @@ def _two_passes(
     first = reaching_sets(bounds, guess, at_most=MAX_REACHING_SETS)
     if not first:  # too many sets (long queries of similar words): the rarest lexemes' chunks, about a budget
         first = [[j] for j in _rarest(shares, budget=SCORE_BUDGET / plan.n)]
+    newer = ""  # the chunks the stats' bounds do not cover (see above SCORE_BUDGET)
+    if plan.bounded_to is not None:
+        newer = "c.id > %(bounded_to)s AND c.search_vector @@ %(any_scored)s::tsquery"
+        params = {**params, "bounded_to": plan.bounded_to, "any_scored": " | ".join(terms[i] for i in scored)}
     first_limit = min(FIRST_PASS_LIMIT * SCORE_BUDGET, MAX_SCORED_ROWS)
-    rows, read = _pass(sql, params, queries=queries(first), row_limit=first_limit)
-    complete = read < first_limit  # then every chunk holding one of the first sets is scored
+    rows, read = _pass(sql, params, queries=queries(first), also=newer, row_limit=first_limit)
+    complete = read < first_limit  # then every chunk holding one of the first sets, and every newer one, is scored
 
     threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
     # Float sums of the same terms can differ in their last bits: a chunk that ties is read, not skipped.
@@ -528,13 +539,16 @@ def _two_passes(
         sets = [[j] for j in range(len(scored))]
     if complete:  # a set holding one of the first pass's has no chunk left to read
         sets = [group for group in sets if not any(set(done) <= set(group) for done in first)]
-    if not sets:
+    if not sets and (complete or not newer):
         return rows, True
     if read >= MAX_SCORED_ROWS:
         return rows, False
     row_limit = MAX_SCORED_ROWS - read
-    seen = " | ".join(f"( {query} )" for query in queries(first)) if complete else None
-    more, more_read = _pass(sql, params, queries=queries(sets), seen=seen, row_limit=row_limit)
+    seen = ""
+    if complete:
+        params = {**params, "seen": " | ".join(f"( {query} )" for query in queries(first))}
+        seen = "c.search_vector @@ %(seen)s::tsquery" + (" OR c.id > %(bounded_to)s" if newer else "")
+    more, more_read = _pass(sql, params, queries=queries(sets), also="" if complete else newer, seen=seen, row_limit=row_limit)
     return _merged(rows, more, limit=limit), more_read < row_limit
 
 

@@ -14,8 +14,8 @@ at query time, which is fast). They are refreshed when the chunk count moved by 
 MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT since the last refresh, and dropped when the agent shrinks to the
 threshold. Stale stats shift IDF slightly; they never hide a chunk: words unknown to the stats are
 counted at query time (search/keyword.py). The term bounds of the chunks written since the last run are
-added at each run (keyword_bounds_catch_up): until then such a chunk, if it held a common query word more
-often than any counted chunk and no rare one, could be missed from a search's top.
+added at each run (keyword_bounds_catch_up): until then a search reads every such chunk holding a query
+word whatever the bounds (search/keyword.py), so the catch-up keeps that read short.
 
 The same agents get a partial GIN index of their own, ``chunk_gin_a<agent id>`` (``USING gin
 (search_vector) WHERE agent_id = X``), built CONCURRENTLY here and dropped with the stats. Why: the

@@ -281,6 +281,43 @@ def test_a_common_word_that_cannot_reach_the_top_ten_is_not_read(alice, index_fi
     assert all(path.startswith("memory/zebra-") for path in paths_of(pruned))
 
 
+def test_a_large_agents_search_stays_exact_for_chunks_written_since_its_keyword_stats(alice, index_files, settings, monkeypatch):
+    """The stats bound "apple" by the old notes (once, in a long note), so pass 2 would skip a chunk
+    holding only apple; one written since the stats, repeating it in a few words, outscores the zebra
+    notes. Such chunks are read whatever the bounds: the top ten is exact, and says it is not when
+    there are more of them than the search may read."""
+    from search import keyword
+
+    filler = "one two three four five six seven eight nine ten " * 2
+    files = {f"memory/zebra-{i}.md": f"zebra seen by {filler}{i}" for i in range(12)}
+    files.update({f"memory/apple-{i}.md": f"apple seen by {filler}{i}" for i in range(15)})
+    files.update({f"memory/other-{i}.md": f"nothing to do with the query, note {i}" for i in range(40)})
+    index_files(alice, files)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    keyword_stats_sync()
+    monkeypatch.setattr(keyword, "SCORE_BUDGET", 12)  # a first pass of the zebra notes
+    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 20)
+    assert hits(alice, "zebra apple").exact
+
+    index_files(alice, {f"memory/new-apple-{i}.md": "apple " * 40 for i in range(3)})
+    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    assert paths_of(exact)[:3] == [f"memory/new-apple-{i}.md" for i in range(3)]
+    pruned = hits(alice, "zebra apple")  # scored with the stats' IDF (the df waits for their next run)
+    assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
+    assert pruned.exact
+
+    # More new chunks holding a query word than the search may read (with the zebra notes): not exact.
+    index_files(alice, {f"memory/more-apple-{i}.md": "apple " * 40 for i in range(3, 12)})
+    assert not hits(alice, "zebra apple").exact
+    # Within the search's limit, those a first pass stopped before are read by the second.
+    monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 100)
+    monkeypatch.setattr(keyword, "FIRST_PASS_LIMIT", 1)
+    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    pruned = hits(alice, "zebra apple")
+    assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
+    assert pruned.exact
+
+
 @pytest.mark.parametrize(
     ("bounds", "threshold", "expected"),
     [
