@@ -525,6 +525,9 @@ def _two_passes(
     if not first:  # too many sets (long queries of similar words): the rarest lexemes' chunks, about a budget
         first = [[j] for j in _rarest(shares, budget=SCORE_BUDGET / plan.n)]
     newer = ""  # the chunks the stats' bounds do not cover (see above SCORE_BUDGET)
+    # Expected plan: one more arm of the pass's BitmapOr, the agent's primary key range (ANDed with a GIN
+    # bitmap of the scored lexemes when the range is large: forcing the range alone cost 9 against 4 ms
+    # at 5,000 newer chunks of a 100k-chunk agent; the planner's choice costs 0.5-1 ms at 100-5,000).
     if plan.bounded_to is not None:
         newer = "c.id > %(bounded_to)s AND c.search_vector @@ %(any_scored)s::tsquery"
         params = {**params, "bounded_to": plan.bounded_to, "any_scored": " | ".join(terms[i] for i in scored)}
