@@ -33,7 +33,7 @@ from agents.models import Agent, AgentToken
 from agents.services import token_digest
 from memoryhub import metrics
 from memoryhub.errors import ApiError, error_body, is_api_path
-from memoryhub.ratelimit import Rate, rate_limit_hit, rate_limit_hold
+from memoryhub.ratelimit import Rate, ignored_waits, rate_limit_hit, rate_limit_hold
 
 _penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → monotonic time the wait ends
 _penalties_lock = threading.Lock()
@@ -42,7 +42,6 @@ _in_progress_lock = threading.Lock()
 _limited: dict[str, float] = {}  # token digest → monotonic time until which the token has the lower cap
 LIMITED_SECONDS = 60.0
 _early: dict[tuple[str, str], int] = {}  # (token digest, bucket) → requests refused here before their told wait ended
-_ignored: dict[tuple[str, str], int] = {}  # (token digest, bucket) → told waits in a row it ignored
 
 
 def request_bucket(method: str, path: str) -> str:
@@ -91,7 +90,6 @@ def _told_to_wait(*, digest: str, bucket: str, wait: float) -> int:
             for stale in [stale for stale, until in _penalties.items() if until <= now - _max_penalty()]:
                 del _penalties[stale]
                 _early.pop(stale, None)
-                _ignored.pop(stale, None)
             for stale in [stale for stale, until in _limited.items() if until <= now]:
                 del _limited[stale]
         held = _held_for(key, now=now)
@@ -116,16 +114,21 @@ def _held_for(key: tuple[str, str], *, now: float) -> int:
     """The seconds a token refused now is held for, beyond the limiter's own wait: 2, 4, 8... up to
     MEMORYHUB_RATE_LIMIT_MAX_PENALTY for each told wait in a row that it ignored, 0 once it kept one.
     Ignoring means sending more requests during the wait than it may have in progress at once
-    (MEMORYHUB_TOKEN_MAX_CONCURRENT): those may have been sent before the 429 reached the client."""
+    (MEMORYHUB_TOKEN_MAX_CONCURRENT): those may have been sent before the 429 reached the client.
+
+    Only the process that told the wait saw what came during it. The count of ignored waits is kept with
+    the limiter (Redis), so that every web process, and one restarted meanwhile (gunicorn recycles its
+    workers), goes on from it; a process that told this token nothing holds it no longer than the
+    limiter's own wait, which is the hold another process placed."""
+    if not _max_penalty():
+        return 0
+    digest, bucket = key
     early = _early.pop(key, 0)
-    recent = now - _penalties.get(key, float("-inf")) < _max_penalty()
+    if now - _penalties.get(key, float("-inf")) >= _max_penalty():
+        return 0
     tolerated = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT or 4
-    ignored = _ignored.get(key, 0) + 1 if early > tolerated and recent else 0
-    if ignored:
-        _ignored[key] = ignored
-    else:
-        _ignored.pop(key, None)
-    return min(2**ignored, _max_penalty()) if ignored and _max_penalty() else 0
+    ignored = ignored_waits(bucket=bucket, subject=digest[:24], ignored=early > tolerated, ttl=2 * _max_penalty())
+    return min(2**ignored, _max_penalty()) if ignored else 0
 
 
 class TeamRateLimited(ApiError):

@@ -216,6 +216,16 @@ def rate_limit_hold(*, bucket: str, subject: str, rate: Rate | None, seconds: fl
     store.gcra_hold(f"{KEY_PREFIX}:{bucket}:{subject}", tat_ms=tat_ms)
 
 
+def ignored_waits(*, bucket: str, subject: str, ignored: bool, ttl: int) -> int:
+    """How many told waits in a row ``subject`` ignored, one more (``ignored``) or none (it kept this
+    one), shared by every web process; forgotten ``ttl`` seconds after the last one ignored."""
+    key = f"{KEY_PREFIX}:ignored:{bucket}:{subject}"
+    if ignored:
+        return store.incr(key, ttl=ttl, extend=True)[0]
+    store.delete(key)
+    return 0
+
+
 def _gcra_spacing(rate: Rate) -> tuple[float, float]:
     """(ms between calls, ms of burst allowed on top): one call per window/limit, a tenth of the limit at once."""
     interval_ms = rate.window * 1000 / rate.limit

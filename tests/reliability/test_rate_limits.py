@@ -185,3 +185,15 @@ def test_longer_waits_can_be_turned_off(alice, per_second, settings, frozen_cloc
     settings.MEMORYHUB_RATE_LIMIT_MAX_PENALTY = 0
     waits = [told_wait(alice, frozen_clock, early=20) for _ in range(4)]
     assert waits == [1, 1, 1, 1]
+
+
+@pytest.mark.django_db
+def test_a_restarted_worker_goes_on_from_the_waits_the_token_ignored_before(alice, per_second, frozen_clock):
+    from agents import throttles
+
+    assert [told_wait(alice, frozen_clock, early=20) for _ in range(3)] == [1, 2, 4]
+    throttles._penalties.clear()  # gunicorn recycled the worker (or another one answers): its memory is gone
+    throttles._early.clear()
+    # The first refusal of the new process is the limiter's own wait (it told this token nothing yet);
+    # the next one goes on from the count the limiter kept: 8 s, not 2 s again.
+    assert [told_wait(alice, frozen_clock, early=20) for _ in range(2)] == [1, 8]
