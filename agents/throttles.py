@@ -92,11 +92,14 @@ def _told_to_wait(*, digest: str, bucket: str, wait: float) -> int:
                 _early.pop(stale, None)
             for stale in [stale for stale, until in _limited.items() if until <= now]:
                 del _limited[stale]
-        held = _held_for(key, now=now)
-        if held > told:
-            told = held
-            rate = settings.MEMORYHUB_RATE_LIMITS.get(bucket)
-            rate_limit_hold(bucket=bucket, subject=digest[:24], rate=rate, seconds=told)
+        early, told_before = _early.pop(key, 0), _penalties.get(key, float("-inf"))
+    # Redis is asked outside the lock: every token's refusals in this process share it.
+    held = _held_for(key, early=early, told_before=told_before, now=now)
+    if held > told:
+        told = held
+        rate = settings.MEMORYHUB_RATE_LIMITS.get(bucket)
+        rate_limit_hold(bucket=bucket, subject=digest[:24], rate=rate, seconds=told)
+    with _penalties_lock:
         # Until the Retry-After the client is told, not only until the limiter's own (often sub-second)
         # wait: a client that comes back sooner than told is refused by the middleware, before
         # authentication, the database and Redis. Under a flood that ignores Retry-After this is most
@@ -110,22 +113,20 @@ def _max_penalty() -> int:
     return settings.MEMORYHUB_RATE_LIMIT_MAX_PENALTY
 
 
-def _held_for(key: tuple[str, str], *, now: float) -> int:
+def _held_for(key: tuple[str, str], *, early: int, told_before: float, now: float) -> int:
     """The seconds a token refused now is held for, beyond the limiter's own wait: 2, 4, 8... up to
     MEMORYHUB_RATE_LIMIT_MAX_PENALTY for each told wait in a row that it ignored, 0 once it kept one.
-    Ignoring means sending more requests during the wait than it may have in progress at once
-    (MEMORYHUB_TOKEN_MAX_CONCURRENT): those may have been sent before the 429 reached the client.
+    Ignoring means sending more requests (``early``) during the wait that ended at ``told_before`` than
+    it may have in progress at once (MEMORYHUB_TOKEN_MAX_CONCURRENT): those may have been sent before the
+    429 reached the client.
 
     Only the process that told the wait saw what came during it. The count of ignored waits is kept with
     the limiter (Redis), so that every web process, and one restarted meanwhile (gunicorn recycles its
     workers), goes on from it; a process that told this token nothing holds it no longer than the
     limiter's own wait, which is the hold another process placed."""
-    if not _max_penalty():
+    if not _max_penalty() or now - told_before >= _max_penalty():
         return 0
     digest, bucket = key
-    early = _early.pop(key, 0)
-    if now - _penalties.get(key, float("-inf")) >= _max_penalty():
-        return 0
     tolerated = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT or 4
     ignored = ignored_waits(bucket=bucket, subject=digest[:24], ignored=early > tolerated, ttl=2 * _max_penalty())
     return min(2**ignored, _max_penalty()) if ignored else 0
