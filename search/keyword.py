@@ -532,7 +532,8 @@ def _two_passes(
         newer = "c.id > %(bounded_to)s AND c.search_vector @@ %(any_scored)s::tsquery"
         params = {**params, "bounded_to": plan.bounded_to, "any_scored": " | ".join(terms[i] for i in scored)}
     first_limit = min(FIRST_PASS_LIMIT * SCORE_BUDGET, MAX_SCORED_ROWS)
-    rows, read = _pass(sql, params, queries=queries(first), also=newer, row_limit=first_limit)
+    first_queries = queries(first)
+    rows, read = _pass(sql, params, queries=first_queries, also=newer, row_limit=first_limit)
     complete = read < first_limit  # then every chunk holding one of the first sets, and every newer one, is scored
 
     threshold = rows[depth - 1][1] if depth > 0 and len(rows) >= depth else 0.0
@@ -549,7 +550,7 @@ def _two_passes(
     row_limit = MAX_SCORED_ROWS - read
     seen = ""
     if complete:
-        params = {**params, "seen": " | ".join(f"( {query} )" for query in queries(first))}
+        params = {**params, "seen": " | ".join(f"( {query} )" for query in first_queries)}
         seen = "c.search_vector @@ %(seen)s::tsquery" + (" OR c.id > %(bounded_to)s" if newer else "")
     more, more_read = _pass(sql, params, queries=queries(sets), also="" if complete else newer, seen=seen, row_limit=row_limit)
     return _merged(rows, more, limit=limit), more_read < row_limit
