@@ -246,17 +246,24 @@ class Command(BaseCommand):
                 agent_id=agent_id, dimensions=opts["dims"], identity_key=self.identity_key, filters=self.no_filters(), limit=10
             ).kind
             recall = self.recall(agent_id, queries)
-            vector_ms = self.timed(lambda q: self.vector_half(agent_id, q), queries)
-            keyword_ms = self.timed(lambda t: self.keyword_half(agent_id, t), texts)
-            row = {"agent": f"{label} ({size:,} chunks, {plan})", "recall": recall, "vector": vector_ms, "keyword": keyword_ms}
+            row = {"agent": f"{label} ({size:,} chunks, {plan})", "recall": recall}
+            # Each query through every measured function, query by query in a rotating order, after one
+            # untimed pass of all of them: every timing is of a query whose pages the server has read before
+            # (a query's first run costs more: with the default 128 MB of shared_buffers its pages come
+            # from the OS cache), so a search and its halves are compared in the same state and load.
+            pairs = list(zip(texts, queries))
+            functions = {
+                "vector": lambda pair: self.vector_half(agent_id, pair[1]),
+                "keyword": lambda pair: self.keyword_half(agent_id, pair[0]),
+            }
             if self.searcher is not None:
-                pairs = list(zip(texts, queries))
                 for mode in ("hybrid", "vector", "keyword"):
-                    row[f"e2e_{mode}"] = self.timed(lambda pair: self.searcher(agent_id, pair, mode), pairs)
+                    functions[f"e2e_{mode}"] = lambda pair, mode=mode: self.searcher(agent_id, pair, mode)
                 # The halves as memory_search runs them (its candidate pool), and the same search over HTTP.
-                row["vector_pool"] = self.timed(lambda q: self.vector_half(agent_id, q, limit=self.pool), queries)
-                row["keyword_pool"] = self.timed(lambda t: self.keyword_half(agent_id, t, limit=self.pool), texts)
-                row["http"] = self.timed(self.http_searcher(agent_id), pairs)
+                functions["vector_pool"] = lambda pair: self.vector_half(agent_id, pair[1], limit=self.pool)
+                functions["keyword_pool"] = lambda pair: self.keyword_half(agent_id, pair[0], limit=self.pool)
+                functions["http"] = self.http_searcher(agent_id)
+            row.update(zip(functions, self.timed_alternately(list(functions.values()), pairs, warm_all=True)))
             rows.append(row)
         self.report(rows)
         if self.searcher is not None:
@@ -831,18 +838,21 @@ class Command(BaseCommand):
     def timed(self, function, inputs) -> list[float]:
         return self.timed_alternately([function], inputs)[0]
 
-    def timed_alternately(self, functions, inputs) -> list[list[float]]:
+    def timed_alternately(self, functions, inputs, *, warm_all: bool = False) -> list[list[float]]:
         """Milliseconds of each function on each input, the functions one after the other on each input
-        (so that they see the same load), after a warm-up on the first five."""
-        for value in inputs[:5]:  # warm the caches and the connection
+        (so that they see the same load), starting with the next function at each input (so that none is
+        always the first to read an input's pages), after a warm-up on the first five inputs, or on all
+        of them with ``warm_all``."""
+        for value in inputs if warm_all else inputs[:5]:  # warm the caches and the connection
             for function in functions:
                 function(value)
         timings = [[] for _ in functions]
-        for value in inputs:
-            for function, spent in zip(functions, timings):
+        order = list(range(len(functions)))
+        for i, value in enumerate(inputs):
+            for k in order[i % len(order):] + order[: i % len(order)]:
                 started = time.perf_counter()
-                function(value)
-                spent.append((time.perf_counter() - started) * 1000)
+                functions[k](value)
+                timings[k].append((time.perf_counter() - started) * 1000)
         return timings
 
     def recall(self, agent_id: int, queries, filters=None) -> float:
