@@ -1,8 +1,9 @@
 """Gunicorn's configuration for `make run` and the container: a bounded server.
 
 Each worker process runs MEMORYHUB_WEB_THREADS threads and keeps a pool of as many database
-connections (MEMORYHUB_DB_POOL_SIZE, set here for the workers unless given), so connections are bounded
-by workers x threads whatever the load: 2 x 8 = 16 by default, next to PostgreSQL's usual 100. Requests
+connections (MEMORYHUB_DB_POOL_SIZE, set here for the workers unless given: one per thread and per search
+helper), so connections are bounded by workers x (threads + helpers) whatever the load: 2 x (8 + 2) = 20
+by default, next to PostgreSQL's usual 100. Requests
 beyond the threads wait in gunicorn's queue instead of opening connections (runserver opened one per
 request thread and kept it, until Postgres refused new clients for good).
 
@@ -29,8 +30,15 @@ max_requests_jitter = 500
 # gunicorn's access log would print); plain-text development logs keep gunicorn's line too.
 accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else None
 
-# The workers import Django after this file ran: one pooled connection per thread.
-os.environ.setdefault("MEMORYHUB_DB_POOL_SIZE", str(threads))
+# The workers import Django after this file ran: one pooled connection per thread, and one for each of
+# the search helpers that run a hybrid search's keyword half beside its vector half (search/beside.py).
+# A pool size given smaller than that leaves the helpers what the threads do not need (none: the halves
+# then run one after the other), so that a helper never waits for a connection its caller holds.
+_search_helpers = max(0, int(os.environ.get("MEMORYHUB_SEARCH_PARALLEL_HALVES", "2")))
+os.environ.setdefault("MEMORYHUB_DB_POOL_SIZE", str(threads + _search_helpers))
+os.environ["MEMORYHUB_SEARCH_PARALLEL_HALVES"] = str(
+    max(0, min(_search_helpers, int(os.environ["MEMORYHUB_DB_POOL_SIZE"]) - threads))
+)
 
 
 def when_ready(server):

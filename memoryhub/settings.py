@@ -414,6 +414,9 @@ MEMORYHUB_SEARCH_SNIPPET_CHARS = env_int("MEMORYHUB_SEARCH_SNIPPET_CHARS", 700, 
 MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = env_int("MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES", 262_144, minimum=0)
 # Candidates taken from each half before fusion (at least twice max_results).
 MEMORYHUB_SEARCH_CANDIDATE_POOL = env_int("MEMORYHUB_SEARCH_CANDIDATE_POOL", 100, minimum=1, maximum=10_000)
+# Helper threads per process that run a hybrid search's keyword half beside its vector half (search/beside.py),
+# each with a database connection of its own; 0 = the halves always run one after the other.
+MEMORYHUB_SEARCH_PARALLEL_HALVES = env_int("MEMORYHUB_SEARCH_PARALLEL_HALVES", 2, minimum=0, maximum=64)
 # Boost for recent dated memory files (memory/YYYY-MM-DD.md): 0 = off; b makes a file's score fall from
 # 1x (today) towards (1 - b)x with its age, halving the gap every HALF_LIFE_DAYS. Undated files are evergreen.
 MEMORYHUB_SEARCH_RECENCY_BOOST = env_float("MEMORYHUB_SEARCH_RECENCY_BOOST", 0.0, minimum=0, maximum=1)

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import date, datetime, timezone as dt_timezone
 from typing import NamedTuple
 
@@ -35,6 +36,7 @@ from indexing.tables import CHUNK, FILE
 from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
+from search.beside import run_beside
 from search.fusion import Candidate, fuse, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -336,6 +338,13 @@ def _memory_search(
             used_mode = "keyword"
 
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
+
+    def keyword_half() -> KeywordResult:
+        with deadline.queries():
+            return keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+
+    # A hybrid search runs its keyword half beside its vector half when a helper is free (search/beside.py).
+    keyword_later = run_beside(keyword_half) if embedding is not None and used_mode == "hybrid" else None
     vector_hits = []
     if embedding is not None:
         try:
@@ -346,8 +355,9 @@ def _memory_search(
     keyword = None
     if used_mode in ("hybrid", "keyword"):
         try:
-            with deadline.queries():
-                keyword = keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+            keyword = _beside_result(keyword_later, deadline=deadline) if keyword_later is not None else None
+            if keyword is None:  # run here: no helper was free, or the helper's connection failed
+                keyword = keyword_half()
         except SearchTimedOut:
             used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
     if keyword is None:
@@ -400,6 +410,22 @@ def _memory_search(
         took_ms=round((time.perf_counter() - started) * 1000, 2),
         message=" ".join(notes),
     )
+
+
+def _beside_result(future, *, deadline: SearchDeadline) -> KeywordResult | None:
+    """The keyword half run beside the vector half (search/beside.py): its result; SearchTimedOut as it
+    would be raised on the request's thread, or when the deadline passes first; None when it failed
+    otherwise (a helper's connection broken by a database restart), for the caller to run it again."""
+    try:
+        return future.result(timeout=max(0.0, deadline.remaining()))
+    except SearchTimedOut:
+        raise
+    except FutureTimeout:
+        deadline.timed_out = True
+        raise SearchTimedOut from None
+    except DatabaseError as exc:
+        logger.warning("the keyword half failed on a helper thread, running it again: %s", exc)
+        return None
 
 
 def _nearest(*, agent: Agent, vectors: list[list[float]], identity: EmbeddingIdentity, filters: SearchFilters, limit: int):

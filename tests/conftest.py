@@ -139,6 +139,16 @@ def anonymous_client() -> APIClient:
     return APIClient()
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's test database, and before it is dropped the search helpers' connections closed
+    (search/beside.py: each helper thread keeps one to the test database)."""
+    from search.beside import helpers_close
+
+    yield
+    helpers_close()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Leave the machine as we found it: stop the embedded PostgreSQL if this test run started it."""
     from memoryhub import embedded_postgres
