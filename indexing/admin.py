@@ -21,6 +21,11 @@ JOB_FILES_VIEW_MAX = 50
 CHUNK_PREVIEW_CHARS = 160
 
 
+def _file_chunks(memory_file):
+    """A file's chunks, with its agent named: pruned to the agent's partition of the chunk table."""
+    return Chunk.objects.filter(agent_id=memory_file.agent_id, file_id=memory_file.pk)
+
+
 def state_badge(state: str) -> str:
     return format_html('<span class="mh-state mh-state-{}">{}</span>', state, state)
 
@@ -58,8 +63,11 @@ class MemoryFileAdmin(ReadOnlyAdmin):
         match = request.resolver_match
         if match is not None and match.url_name == "indexing_memoryfile_changelist":
             # The list never shows the content (up to MEMORYHUB_MAX_FILE_BYTES per row): leave it in Postgres.
+            # The count names the row's agent: each run of the subquery reads that agent's partition of
+            # the chunk table only (pruned at run time), not every partition's file_id index.
             chunk_count = (
-                Chunk.objects.filter(file_id=OuterRef("pk")).order_by().values("file_id").annotate(n=Count("id")).values("n")
+                Chunk.objects.filter(agent_id=OuterRef("agent_id"), file_id=OuterRef("pk"))
+                .order_by().values("file_id").annotate(n=Count("id")).values("n")
             )
             queryset = queryset.defer("content").annotate(chunk_count=Coalesce(Subquery(chunk_count), 0))
         return queryset
@@ -78,11 +86,11 @@ class MemoryFileAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Chunks")
     def chunk_summary(self, memory_file):
-        counts = Chunk.objects.filter(file=memory_file).aggregate(
+        counts = _file_chunks(memory_file).aggregate(
             total=Count("id"), vectors=Count("id", filter=Q(embedding__isnull=False))
         )
         identities = list(
-            Chunk.objects.filter(file=memory_file)
+            _file_chunks(memory_file)
             .exclude(embedding_identity="")
             .order_by("embedding_identity")  # not Chunk's default ordering, which would defeat DISTINCT
             .values_list("embedding_identity", flat=True)
@@ -94,11 +102,11 @@ class MemoryFileAdmin(ReadOnlyAdmin):
     def chunk_table(self, memory_file):
         """Each chunk: its lines (as search results cite them), tokens, vector (identity and dimensions, or
         none: keyword search only) and the start of its text."""
-        total = Chunk.objects.filter(file=memory_file).count()
+        total = _file_chunks(memory_file).count()
         if not total:
             return "—"
         chunks = (
-            Chunk.objects.filter(file=memory_file)
+            _file_chunks(memory_file)
             .order_by("ordinal")
             .defer("search_text", "embedding")
             .annotate(has_vector=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField()))[:CHUNK_VIEW_MAX]

@@ -115,6 +115,8 @@ class MemoryFile(models.Model):
         constraints = [
             # Serves every lookup by (agent, path): PUT/GET/DELETE files/<path> and sync diffs.
             models.UniqueConstraint(fields=["agent", "path"], name="memoryfile_agent_path_uniq"),
+            # What the chunk table's foreign key references: (agent_id, file_id), see Chunk.file.
+            models.UniqueConstraint(fields=["agent", "id"], name="memoryfile_agent_id_uniq"),
             # A client's date that Python could not read back would break every page listing the row
             # (memoryhub/fields.py validates input to the same range; this holds whatever writes it).
             models.CheckConstraint(
@@ -138,7 +140,16 @@ class Chunk(models.Model):
     """A span of lines of one file: the unit that is embedded, keyword-indexed and returned by search."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="chunks", db_index=False)  # denormalised
-    file = models.ForeignKey(MemoryFile, on_delete=models.CASCADE, related_name="chunks", db_index=False)
+    # A file's chunks are deleted by whoever deletes the file, with the agent named (indexing/writes.py,
+    # `files_remove`; an agent's go with it through Chunk.agent), never by Django's cascade, which would send
+    # ``DELETE … WHERE file_id IN (…)``: planned and locked on every partition of the table. The database
+    # still refuses an orphan: instead of the one-column key Django would declare, migration indexing/0008
+    # adds FOREIGN KEY (agent_id, file_id) REFERENCES indexing_memoryfile (agent_id, id), deferred, whose
+    # check when a file is deleted (``… WHERE agent_id = $1 AND file_id = $2``) is pruned to one partition
+    # too; a file deleted with chunks left fails at commit.
+    file = models.ForeignKey(
+        MemoryFile, on_delete=models.DO_NOTHING, db_constraint=False, related_name="chunks", db_index=False
+    )
     ordinal = models.PositiveIntegerField(help_text="Position of the chunk within its file.")
     start_line = models.PositiveIntegerField()  # 1-indexed, inclusive
     end_line = models.PositiveIntegerField()  # 1-indexed, inclusive

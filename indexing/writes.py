@@ -413,9 +413,7 @@ def workspace_sync(
         changed = len(to_create) + len(to_update) + len(to_resource)
         chunks_removed = 0
         if doomed:
-            doomed_ids = [file_id for file_id, _, _ in doomed]
-            chunks_removed = Chunk.objects.filter(agent=agent, file_id__in=doomed_ids).count()
-            MemoryFile.objects.filter(agent=agent, id__in=doomed_ids).delete()
+            chunks_removed = files_remove(agent_id=agent.pk, file_ids=[file_id for file_id, _, _ in doomed])
             outcome.deleted = sorted(path for _, path, _ in doomed)
         if changed or doomed:
             outcome.job = IndexJob.objects.create(
@@ -470,6 +468,18 @@ def workspace_sync(
     return outcome
 
 
+def files_remove(*, agent_id: int, file_ids: list[int]) -> int:
+    """Delete these files of one agent and their chunks; returns how many chunks went. The caller holds
+    the files' locks (indexing/locks.py). Their chunks go first, in a statement that names the agent, so
+    it is pruned to the agent's partition of the chunk table; nothing cascades from a file to its chunks
+    (Chunk.file), and the database's key refuses a file deleted with chunks left."""
+    if not file_ids:
+        return 0
+    chunks_removed, _ = Chunk.objects.filter(agent_id=agent_id, file_id__in=file_ids).delete()
+    MemoryFile.objects.filter(agent_id=agent_id, id__in=file_ids).delete()
+    return chunks_removed
+
+
 @lock_conflict_retry
 def file_delete(*, agent: Agent, path: str, expected_hash: str | None = None) -> IndexJob:
     """Delete one file and its chunks now; the returned (finished) job records what was removed.
@@ -484,8 +494,7 @@ def file_delete(*, agent: Agent, path: str, expected_hash: str | None = None) ->
             raise NotFound(f"No file {path!r}.", code="not_found")
         files_lock([memory_file.pk])  # before its chunks (lock order)
         _expected_hash_check(path=path, memory_file=memory_file, expected_hash=expected_hash)
-        chunks_removed = Chunk.objects.filter(agent=agent, file_id=memory_file.pk).count()
-        memory_file.delete()
+        chunks_removed = files_remove(agent_id=agent.pk, file_ids=[memory_file.pk])
         return IndexJob.objects.create(
             agent=agent, trigger=Trigger.DELETE, state=JobState.DONE, files_seen=1, files_removed=1,
             chunks_removed=chunks_removed, started_at=now, finished_at=now,

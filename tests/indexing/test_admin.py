@@ -67,6 +67,22 @@ def test_the_file_page_shows_the_numbered_content_and_its_chunks(operator, faile
     assert "the provider said no" in html
 
 
+def test_the_file_list_and_page_count_chunks_with_the_files_agent(operator, alice, failed_upload):
+    """Each statement counting or listing a file's chunks names the file's agent, so it reads that agent's
+    partition of the chunk table (the list's count per row is pruned when it runs)."""
+    memory_file, _ = failed_upload
+    for url in ["/admin/indexing/memoryfile/", f"/admin/indexing/memoryfile/{memory_file.pk}/change/"]:
+        with CaptureQueriesContext(connection) as queries:
+            assert operator.get(url).status_code == 200
+        counting = [q["sql"] for q in queries.captured_queries if '"indexing_chunk"' in q["sql"]]
+        assert counting, url
+        for sql in counting:
+            assert (
+                f'"indexing_chunk"."agent_id" = {alice.agent.pk} ' in sql
+                or 'U0."agent_id" = ("indexing_memoryfile"."agent_id")' in sql
+            ), sql
+
+
 def test_the_file_page_names_the_index_identity_of_its_vectors_once(operator, alice, fake_embeddings, indexed):
     with indexed():
         memory_file, _ = file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)

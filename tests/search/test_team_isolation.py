@@ -11,6 +11,7 @@ from django.test import Client
 from agents.models import AgentToken, AuditEvent, MemoryGrant
 from agents.services import memory_grant_give, memory_grant_revoke
 from indexing.models import EmbeddingBatch, IndexJob, MemoryFile
+from indexing.writes import files_remove
 
 pytestmark = pytest.mark.django_db
 
@@ -148,7 +149,9 @@ def test_a_grant_opens_reading_only_and_its_revocation_closes_it_on_the_next_req
     for method, url, data in api_calls(world, kinds=("write",)):
         run(blue, method, url, data)
     red_untouched(world)
-    MemoryFile.objects.filter(agent=blue.agent, path__contains="red-").delete()  # blue's own, named after red's
+    # Blue's own, named after red's (with their chunks: nothing cascades from a file to its chunks).
+    named_after_red = MemoryFile.objects.filter(agent=blue.agent, path__contains="red-").values_list("id", flat=True)
+    files_remove(agent_id=blue.agent.pk, file_ids=list(named_after_red))
     assert blue.client.post("/api/v1/search", {"query": "x", "scope": ["red-writer"]}, format="json").status_code == 400
     # Own scope is unchanged by the grant.
     own = blue.client.post("/api/v1/search", {"query": "vault code"}, format="json")

@@ -1,0 +1,193 @@
+"""Deleting chunks (a file, a sync's unlisted files, an agent) names the agent in every statement on the
+chunk table, so Postgres prunes each to the agent's partition (indexing/partitions.py), the database's own
+key check included; and nothing is left behind. (The admin's chunk counts of a file: test_admin.py.)"""
+
+import json
+import re
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
+
+from agents.services import agent_delete
+from indexing.models import Chunk, MemoryFile
+from indexing.partitions import agent_chunk_table, chunk_partitions, chunk_table_rebuild
+from tests.indexing.test_chunk_partitions import _chunks, _file
+
+# The chunk partitions this backend holds a lock on (its transaction's, since the test runs in one).
+LOCKED_PARTITIONS = (
+    "SELECT DISTINCT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+    "JOIN pg_inherits i ON i.inhrelid = c.oid WHERE l.pid = pg_backend_pid() AND i.inhparent = 'indexing_chunk'::regclass"
+)
+
+
+@pytest.fixture
+def memories(alice, bob):
+    """Two files of alice's with chunks, and one of bob's (which every delete of alice's leaves alone)."""
+    files = [_file(alice.agent, n) for n in (1, 2)]
+    for memory_file in files:
+        _chunks(alice.agent, memory_file, 3)
+    bobs = _file(bob.agent, 1)
+    _chunks(bob.agent, bobs, 2)
+    return files, bobs
+
+
+def _chunk_statements(captured) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if re.search(r"\bindexing_chunk\b", q["sql"])]
+
+
+def _names_agent(sql: str, agent_id: int) -> bool:
+    return re.search(rf'"agent_id" (?:= |IN \(){agent_id}\b', sql) is not None
+
+
+def _scanned_tables(sql: str) -> set[str]:
+    """The tables a statement's plan reads (its scan nodes; a DELETE's target is read through them)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+        stack, found = [cursor.fetchone()[0][0]["Plan"]], set()
+    while stack:
+        node = stack.pop()
+        if "Scan" in node["Node Type"] and "Relation Name" in node:
+            found.add(node["Relation Name"])
+        stack.extend(node.get("Plans", []))
+    return found
+
+
+def _keys_checked() -> None:
+    """Run the deferred foreign-key checks now (the test's transaction never commits): an orphan fails."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+
+
+def _delete_file(alice, files):
+    response = alice.client.delete(f"/api/v1/files/{files[0].path}")
+    assert response.status_code == 200 and response.json()["chunks_removed"] == 3
+    return [files[0].pk]
+
+
+def _sync_delete_missing(alice, files):
+    payload = {"files": [], "delete_missing": True, "prefix": "memory/"}
+    response = alice.client.generic("POST", "/api/v1/sync", json.dumps(payload).encode(), content_type="application/json")
+    assert response.status_code == 200 and sorted(response.json()["deleted"]) == sorted(f.path for f in files)
+    return [f.pk for f in files]
+
+
+def _delete_agent(alice, files):
+    agent_delete(agent=alice.agent, actor=None)
+    return [f.pk for f in files]
+
+
+@pytest.mark.parametrize(
+    "delete", [_delete_file, _sync_delete_missing, _delete_agent], ids=["file", "sync delete_missing", "agent"]
+)
+def test_every_statement_deleting_chunks_names_the_agent(alice, bob, memories, delete):
+    """The admin's agent delete is agent_delete too (AgentAdmin.delete_model)."""
+    files, bobs = memories
+    agent_id = alice.agent.pk  # None once the agent is deleted
+    with CaptureQueriesContext(connection) as captured:
+        deleted_ids = delete(alice, files)
+
+    statements = _chunk_statements(captured)
+    assert any(sql.startswith("DELETE") for sql in statements)
+    for sql in statements:
+        assert _names_agent(sql, agent_id), sql
+    # Nothing left behind, nothing of bob's touched, and the database's keys agree.
+    assert not Chunk.objects.filter(file_id__in=deleted_ids).exists()
+    assert not MemoryFile.objects.filter(pk__in=deleted_ids).exists()
+    assert Chunk.objects.filter(agent=bob.agent, file=bobs).count() == 2
+    _keys_checked()
+
+
+def test_a_file_delete_is_planned_on_the_agents_partition_only(alice, memories):
+    files, _ = memories
+    with CaptureQueriesContext(connection) as captured:
+        _delete_file(alice, files)
+    statements = _chunk_statements(captured)
+    assert statements
+    for sql in statements:
+        assert _scanned_tables(sql) == {agent_chunk_table(agent_id=alice.agent.pk)}, sql
+
+
+def test_a_file_delete_locks_only_the_agents_partition_key_check_included(alice):
+    """What Postgres itself runs counts too: the deferred check that no chunk still references the deleted
+    file. On the one-column key (file_id) it reads and locks every partition."""
+    files = [_file(alice.agent, 1)]
+    _chunks(alice.agent, files[0], 3)
+    with connection.cursor() as cursor:
+        # Postgres plans a key check generically once per connection (at its sixth run) and locks every
+        # partition that one time; the test must not depend on how many deletes its connection ran before.
+        cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+    _delete_file(alice, files)
+    _keys_checked()
+    with connection.cursor() as cursor:
+        cursor.execute(LOCKED_PARTITIONS)
+        assert {name for (name,) in cursor.fetchall()} == {agent_chunk_table(agent_id=alice.agent.pk)}
+
+
+def test_the_database_refuses_a_chunk_without_its_file_or_of_another_agent(alice, bob, memories):
+    files, bobs = memories
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'indexing_chunk'::regclass "
+            "AND confrelid = 'indexing_memoryfile'::regclass"
+        )
+        assert [row[0] for row in cursor.fetchall()] == [
+            "FOREIGN KEY (agent_id, file_id) REFERENCES indexing_memoryfile(agent_id, id) DEFERRABLE INITIALLY DEFERRED"
+        ]
+    # A file deleted without its chunks (nothing cascades from a file to its chunks any more).
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MemoryFile.objects.filter(pk=files[0].pk).delete()
+        _keys_checked()
+    # A chunk of bob's in alice's file.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _chunks(bob.agent, files[0], 1, start=50)
+        _keys_checked()
+    assert Chunk.objects.filter(file=files[0]).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("layout", ["partitioned", "one table"])
+def test_the_migration_keys_existing_chunks_by_agent_and_file(alice, bob, settings, layout):
+    """Migration indexing/0008 on a database that holds chunks, as a deployment runs it (outside a
+    transaction): the key is validated on each partition (or on the one table), then declared on the
+    partitioned table, and the one-column key is gone; its reverse restores the one-column key."""
+    partitions = settings.MEMORYHUB_CHUNK_PARTITIONS
+    executor = MigrationExecutor(connection)
+    leaves = executor.loader.graph.leaf_nodes()
+    try:
+        if layout == "one table":
+            chunk_table_rebuild(partitions=0)
+        executor.migrate([("indexing", "0007_chunk_partitioned")])
+        assert _file_keys("indexing_chunk") == {"FOREIGN KEY (file_id) REFERENCES indexing_memoryfile(id) DEFERRABLE INITIALLY DEFERRED"}
+        for member in (alice, bob):
+            _chunks(member.agent, _file(member.agent, 1), 3)
+
+        executor = MigrationExecutor(connection)
+        executor.migrate(leaves)
+
+        assert _file_keys("indexing_chunk") == {
+            "FOREIGN KEY (agent_id, file_id) REFERENCES indexing_memoryfile(agent_id, id) DEFERRABLE INITIALLY DEFERRED"
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*), bool_and(c.convalidated) FROM pg_inherits i JOIN pg_constraint c ON c.conrelid = i.inhrelid "
+                "WHERE i.inhparent = 'indexing_chunk'::regclass AND c.conname = 'chunk_agent_file_fk' AND c.conparentid <> 0"
+            )
+            assert cursor.fetchone() == ((partitions, True) if layout == "partitioned" else (0, None))
+        assert Chunk.objects.count() == 6
+    finally:
+        MigrationExecutor(connection).migrate(leaves)
+        if chunk_partitions() != partitions:  # leave the layout the rest of the suite expects
+            chunk_table_rebuild(partitions=partitions)
+
+
+def _file_keys(table: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass "
+            "AND confrelid = 'indexing_memoryfile'::regclass",
+            [table],
+        )
+        return {row[0] for row in cursor.fetchall()}
