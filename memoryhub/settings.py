@@ -111,6 +111,30 @@ def _database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     }
 
 
+# Postgres keeps the plan of a statement it prepares itself, per connection: a foreign key's check (when a
+# file is deleted, `SELECT 1 FROM indexing_chunk WHERE agent_id = $1 AND file_id = $2 FOR KEY SHARE`),
+# a PL/pgSQL function's statements (the capture trigger of an online repartition, indexing/partitions.py).
+# At a statement's sixth run it plans it once more for any agent, over every partition of the chunk table,
+# locking all of them and their indexes; when that plan is estimated the cheaper (while most partitions
+# are empty) it keeps it, and every later run locks every partition again. force_custom_plan plans each run for its
+# values, pruned to the agent's partition (≈ 0.06 ms of planning per key check; Django's own statements
+# are not prepared: parameters are bound on the client). Sent when a connection starts (libpq `options`), so
+# it holds for the service's connections only, primary and replicas, pooled or not, embedded or
+# DATABASE_URL. A pooler that refuses start-up options (PgBouncer, unless plan_cache_mode is in its
+# track_extra_parameters): MEMORYHUB_DB_FORCE_CUSTOM_PLANS=0 and `ALTER ROLE <user> SET plan_cache_mode =
+# force_custom_plan` instead. docs/scale.md, "Partitioning by agent".
+MEMORYHUB_DB_FORCE_CUSTOM_PLANS = env_bool("MEMORYHUB_DB_FORCE_CUSTOM_PLANS", True)
+
+
+def _connection_options(options: dict) -> dict:
+    """A connection's OPTIONS with plan_cache_mode added to its start-up options (the URL's own `options`
+    are kept; a plan_cache_mode the URL sets wins)."""
+    if not MEMORYHUB_DB_FORCE_CUSTOM_PLANS or "plan_cache_mode" in options.get("options", ""):
+        return options
+    startup = " ".join(filter(None, [options.get("options", "").strip(), "-c plan_cache_mode=force_custom_plan"]))
+    return {**options, "options": startup}
+
+
 DATABASE_URL = env_str("DATABASE_URL")
 EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_DIR / ".pgdata")
 if DATABASE_URL:
@@ -131,6 +155,7 @@ DATABASES = {
         "CONN_MAX_AGE": env_int("MEMORYHUB_DB_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         **_database,
+        "OPTIONS": _connection_options(_database["OPTIONS"]),
     }
 }
 # A bounded pool of connections per web process (gunicorn's config turns it on with one connection per
@@ -171,7 +196,7 @@ for _number, _url in enumerate(DATABASE_REPLICA_URLS, start=1):
         "CONN_MAX_AGE": DATABASES["default"]["CONN_MAX_AGE"],
         "CONN_HEALTH_CHECKS": True,
         **_replica,
-        "OPTIONS": {"connect_timeout": DATABASE_REPLICA_CONNECT_TIMEOUT, **_replica["OPTIONS"], **_replica_pool},
+        "OPTIONS": {"connect_timeout": DATABASE_REPLICA_CONNECT_TIMEOUT, **_connection_options(_replica["OPTIONS"]), **_replica_pool},
         # The test runner creates no database on a replica: its alias reads the test database.
         "TEST": {"MIRROR": "default"},
     }

@@ -1,5 +1,6 @@
 """Bad configuration must stop the process at start-up with a message naming the variable."""
 
+import json
 import os
 import subprocess
 import sys
@@ -81,8 +82,6 @@ def test_each_replica_url_is_a_database_alias_searches_may_read_and_the_test_run
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    import json
-
     assert json.loads(result.stdout) == [
         # A search waits for a replica's pooled connection no longer than DATABASE_REPLICA_CONNECT_TIMEOUT.
         ["replica_1", "replica_2"], "replica-b", "5434", "memoryhub", "reader", "default", 4, 2, 2, "require",
@@ -110,3 +109,48 @@ def test_the_wsgi_module_loads_the_views_and_freezes_start_up_objects():
         assert gc.get_freeze_count() > 10_000
     finally:
         gc.unfreeze()
+
+
+def _connected_settings(**env) -> dict:
+    """plan_cache_mode and search_path as a process started with ``env`` sees them on each alias."""
+    code = (
+        "import django, json; django.setup(); from django.db import connections; out = {}\n"
+        "for alias in connections:\n"
+        "    with connections[alias].cursor() as cursor:\n"
+        "        cursor.execute('SELECT current_setting(%s), current_setting(%s)', ['plan_cache_mode', 'search_path'])\n"
+        "        out[alias] = list(cursor.fetchone())\n"
+        "    connections[alias].close()\n"
+        "print(json.dumps(out))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", **env},
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.django_db
+def test_the_services_connections_plan_each_run_of_a_prepared_statement_for_its_values():
+    """plan_cache_mode = force_custom_plan on every connection of the service (why: memoryhub/settings.py),
+    given at connection start: the embedded server's, a DATABASE_URL's with start-up options of its own
+    (kept), a replica's, pooled or not; MEMORYHUB_DB_FORCE_CUSTOM_PLANS=0 leaves the server's setting."""
+    from django.conf import settings
+    from django.db import connection
+
+    if settings.DATABASE_URL:
+        pytest.skip("connects to the embedded server by URL")
+    params = connection.get_connection_params()
+    url = f"postgresql://{params['user']}@/{params['dbname']}?host={params['host']}&port={params['port']}&options=-c%20search_path%3Dpublic"
+    forced = ["force_custom_plan", "public"]
+    assert _connected_settings(DATABASE_URL=url, DATABASE_REPLICA_URLS=url, MEMORYHUB_DB_POOL_SIZE="2") == {
+        "default": forced, "replica_1": forced,
+    }
+    assert _connected_settings(DATABASE_URL=url, DATABASE_REPLICA_URLS=url, MEMORYHUB_DB_POOL_SIZE="0") == {
+        "default": forced, "replica_1": forced,
+    }
+    embedded = _connected_settings(DATABASE_URL="", DATABASE_REPLICA_URLS="")
+    assert embedded["default"][0] == "force_custom_plan"
+    assert _connected_settings(DATABASE_URL=url, DATABASE_REPLICA_URLS="", MEMORYHUB_DB_FORCE_CUSTOM_PLANS="0") == {
+        "default": ["auto", "public"],
+    }
