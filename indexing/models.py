@@ -146,7 +146,7 @@ class Chunk(models.Model):
     # still refuses an orphan: instead of the one-column key Django would declare, migration indexing/0008
     # adds FOREIGN KEY (agent_id, file_id) REFERENCES indexing_memoryfile (agent_id, id), deferred, whose
     # check when a file is deleted (``… WHERE agent_id = $1 AND file_id = $2``) is pruned to one partition
-    # too; a file deleted with chunks left fails at commit.
+    # too (at every run: plan_cache_mode, memoryhub/settings.py); a file deleted with chunks left fails at commit.
     file = models.ForeignKey(
         MemoryFile, on_delete=models.DO_NOTHING, db_constraint=False, related_name="chunks", db_index=False
     )

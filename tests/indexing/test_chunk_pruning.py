@@ -4,6 +4,7 @@ key check included; and nothing is left behind. (The admin's chunk counts of a f
 
 import json
 import re
+import threading
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -12,13 +13,17 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.services import agent_delete
 from indexing.models import Chunk, MemoryFile
-from indexing.partitions import agent_chunk_table, chunk_partitions, chunk_table_rebuild
+from indexing.partitions import SHADOW, SHADOW_SUFFIX, agent_chunk_table, chunk_partitions, chunk_table_rebuild
 from tests.indexing.test_chunk_partitions import _chunks, _file
 
 # The chunk partitions this backend holds a lock on (its transaction's, since the test runs in one).
 LOCKED_PARTITIONS = (
     "SELECT DISTINCT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
     "JOIN pg_inherits i ON i.inhrelid = c.oid WHERE l.pid = pg_backend_pid() AND i.inhparent = 'indexing_chunk'::regclass"
+)
+# The same, of the chunk table and of the new table an online rebuild fills (indexing_chunk_rebuild).
+LOCKED_PARTITIONS_OF_BOTH = LOCKED_PARTITIONS.replace(
+    "i.inhparent = 'indexing_chunk'::regclass", f"i.inhparent IN ('indexing_chunk'::regclass, to_regclass('{SHADOW}'))"
 )
 
 
@@ -115,15 +120,71 @@ def test_a_file_delete_locks_only_the_agents_partition_key_check_included(alice)
     file. On the one-column key (file_id) it reads and locks every partition."""
     files = [_file(alice.agent, 1)]
     _chunks(alice.agent, files[0], 3)
-    with connection.cursor() as cursor:
-        # Postgres plans a key check generically once per connection (at its sixth run) and locks every
-        # partition that one time; the test must not depend on how many deletes its connection ran before.
-        cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
     _delete_file(alice, files)
     _keys_checked()
+    assert _locked(LOCKED_PARTITIONS) == {agent_chunk_table(agent_id=alice.agent.pk)}
+
+
+def _locked(query: str) -> set[str]:
     with connection.cursor() as cursor:
-        cursor.execute(LOCKED_PARTITIONS)
-        assert {name for (name,) in cursor.fetchall()} == {agent_chunk_table(agent_id=alice.agent.pk)}
+        cursor.execute(query)
+        return {name for (name,) in cursor.fetchall()}
+
+
+def _deletes_on_one_connection(alice, *, times: int, locked_query: str) -> list[set[str]]:
+    """Delete a file of alice's ``times`` times on a new connection of the service's (its settings,
+    nothing set here), each in a transaction that runs the key checks and then reads what it locked."""
+    connection.close()
+    locked = []
+    for number in range(times):
+        files = [_file(alice.agent, number)]
+        _chunks(alice.agent, files[0], 3)
+        with transaction.atomic():
+            _delete_file(alice, files)
+            _keys_checked()
+            locked.append(_locked(locked_query))
+    return locked
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_file_delete_of_a_connection_locks_only_the_agents_partition(alice):
+    """Postgres keeps a key check's plan per connection and, at its sixth run, plans it for any agent:
+    over every partition, which that run locks, with their indexes, and so does every later run if it
+    keeps that plan (it does when most partitions are empty). The service's connections plan each run for
+    its values (plan_cache_mode, memoryhub/settings.py)."""
+    partition = agent_chunk_table(agent_id=alice.agent.pk)
+    locked = _deletes_on_one_connection(alice, times=10, locked_query=LOCKED_PARTITIONS)
+    assert locked == [{partition}] * 10, f"partitions locked by each delete: {[len(names) for names in locked]}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_file_deletes_during_an_online_rebuild_lock_only_the_agents_partitions(alice, settings):
+    """While chunk_table_rebuild fills the new table, a delete also runs the capture trigger's statements
+    (PL/pgSQL: plans kept per connection, like a key check's) on the new table, and the new table's own key
+    check: each locks alice's partition of each table, at every run of the connection."""
+    partitions = settings.MEMORYHUB_CHUNK_PARTITIONS
+    _chunks(alice.agent, _file(alice.agent, 100), 3)  # a batch to copy, after which the deletes run
+    partition = agent_chunk_table(agent_id=alice.agent.pk)
+    locked = []
+
+    def delete_between_batches(last_copied: int) -> None:
+        def deletes():  # another connection, as the service's writers are
+            try:
+                locked.extend(_deletes_on_one_connection(alice, times=10, locked_query=LOCKED_PARTITIONS_OF_BOTH))
+            finally:
+                connection.close()
+
+        if not locked:
+            thread = threading.Thread(target=deletes)
+            thread.start()
+            thread.join()
+
+    try:
+        chunk_table_rebuild(partitions=partitions, on_batch=delete_between_batches)
+    finally:
+        if chunk_partitions() != partitions:  # leave the layout the rest of the suite expects
+            chunk_table_rebuild(partitions=partitions)
+    assert locked == [{partition, f"{partition}{SHADOW_SUFFIX}"}] * 10, f"partitions locked by each delete: {[len(names) for names in locked]}"
 
 
 def test_the_database_refuses_a_chunk_without_its_file_or_of_another_agent(alice, bob, memories):
