@@ -34,11 +34,15 @@ accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else
 # the search helpers that run a hybrid search's keyword half beside its vector half (search/beside.py).
 # A pool size given smaller than that leaves the helpers what the threads do not need (none: the halves
 # then run one after the other), so that a helper never waits for a connection its caller holds.
-_search_helpers = max(0, int(os.environ.get("MEMORYHUB_SEARCH_PARALLEL_HALVES", "2")))
-os.environ.setdefault("MEMORYHUB_DB_POOL_SIZE", str(threads + _search_helpers))
-os.environ["MEMORYHUB_SEARCH_PARALLEL_HALVES"] = str(
-    max(0, min(_search_helpers, int(os.environ["MEMORYHUB_DB_POOL_SIZE"]) - threads))
-)
+# An empty value (the container's .env from .env.example) is unset; 0 = no pool (a connection per thread
+# and per helper, kept), which needs no such cap.
+_search_helpers = max(0, int(os.environ.get("MEMORYHUB_SEARCH_PARALLEL_HALVES", "").strip() or "2"))
+if not os.environ.get("MEMORYHUB_DB_POOL_SIZE", "").strip():
+    os.environ["MEMORYHUB_DB_POOL_SIZE"] = str(threads + _search_helpers)
+_pool_size = int(os.environ["MEMORYHUB_DB_POOL_SIZE"])
+if _pool_size:
+    _search_helpers = max(0, min(_search_helpers, _pool_size - threads))
+os.environ["MEMORYHUB_SEARCH_PARALLEL_HALVES"] = str(_search_helpers)
 
 
 def when_ready(server):

@@ -161,3 +161,6 @@ def test_gunicorn_sizes_the_pool_for_its_threads_and_the_helpers(monkeypatch):
     # A pool given too small for the helpers: they get what the threads leave, here none.
     assert configured(MEMORYHUB_WEB_THREADS="8", MEMORYHUB_DB_POOL_SIZE="8") == ("8", "0")
     assert configured(MEMORYHUB_WEB_THREADS="8", MEMORYHUB_DB_POOL_SIZE="9") == ("9", "1")
+    # The container's .env, from .env.example: empty is unset; 0 is no pool, and the helpers stay.
+    assert configured(MEMORYHUB_WEB_THREADS="8", MEMORYHUB_DB_POOL_SIZE="", MEMORYHUB_SEARCH_PARALLEL_HALVES="") == ("10", "2")
+    assert configured(MEMORYHUB_WEB_THREADS="8", MEMORYHUB_DB_POOL_SIZE="0") == ("0", "2")
