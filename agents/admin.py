@@ -1,6 +1,7 @@
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models.expressions import RawSQL
@@ -9,6 +10,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.admin_scoping import TeamScopedAdmin, request_team_scope
@@ -225,6 +227,48 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
             agent_created_record(agent=obj, actor=actor)
             _, raw = agent_token_create(agent=obj, label="created in the admin", actor=actor)
             show_raw_token_once(request, agent=obj, raw=raw, what="Read/write token")
+
+    # --- Deleting agents: through agent_delete, confirmed on a page of bounded counts ------------------
+
+    actions = ["delete_selected"]
+    # "Delete selected" counts what goes with this many of the selected agents and names the others.
+    DELETE_COUNTED_AGENTS = 100
+
+    def get_deleted_objects(self, objs, request):
+        """Django's version lists every row the delete cascades to (every chunk of the agent) and wants the
+        delete permission of each row's admin, which the read-only file, job and batch admins refuse (403).
+        What goes with an agent is agent_delete's business: the page shows, per agent, counts from bounded
+        queries naming it (indexing.selectors.agent_holdings), and asks for permission to delete the agent."""
+        from indexing.selectors import AGENT_HOLDINGS_COUNT_CAP as cap, agent_holdings
+
+        agents = list(objs)
+        perms_needed = {self.opts.verbose_name for agent in agents if not self.has_delete_permission(request, agent)}
+        listed, totals, capped = [], {}, set()
+        for agent in agents[: self.DELETE_COUNTED_AGENTS]:
+            counts, uncounted = agent_holdings(agent_id=agent.pk, cap=cap)
+            items = []
+            for label, count in counts:
+                items.append(f"{label}: {'more than ' if count > cap else ''}{min(count, cap):,}")
+                totals[label] = totals.get(label, 0) + min(count, cap)
+                if count > cap:
+                    capped.add(label)
+            if uncounted:
+                items.append(f"its {', '.join(uncounted)}")
+            url = reverse("admin:agents_agent_change", args=[agent.pk])
+            listed += [format_html('Agent: <a href="{}">{}</a> (team {})', url, agent, agent.team), items]
+        if len(agents) > self.DELETE_COUNTED_AGENTS:
+            listed.append(f"and {len(agents) - self.DELETE_COUNTED_AGENTS} more agent(s), not counted here")
+        model_count = {
+            self.opts.verbose_name_plural: len(agents),
+            **{label: f"{'more than ' if label in capped else ''}{total:,}" for label, total in totals.items()},
+        }
+        return listed, model_count, perms_needed, []
+
+    @admin.action(permissions=["delete"], description=gettext_lazy("Delete selected %(verbose_name_plural)s"))
+    def delete_selected(self, request, queryset):
+        """Django's action, on the selected agents without the list's columns: the changelist's queryset
+        counts every agent's files and chunks (get_queryset), which its confirmation page would run."""
+        return django_delete_selected(self, request, Agent.objects.filter(pk__in=queryset.values("pk")).select_related("team"))
 
     def delete_model(self, request, obj):
         agent_delete(agent=obj, actor=Actor.from_request(request))

@@ -2,11 +2,11 @@
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import CASCADE, Count, F, Max, Min, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.models import Agent, AgentToken
+from agents.models import Agent, AgentToken, MemoryGrant
 from indexing.embedding_batches import UNFINISHED as BATCHES_UNFINISHED, batches_in_flight
 from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
@@ -128,6 +128,42 @@ def agent_index_annotate(*, queryset):
         failed_job_count=Coalesce(_per_agent(jobs.filter(state=IndexJob.State.FAILED), Count("id")), 0),
         last_indexed_at=_per_agent(files, Max("indexed_at")),
     )
+
+
+# The agent delete page counts each kind of row that goes with the agent up to this many ("more than …"
+# past it), so the page costs the same few queries, each reading at most this many index entries, however
+# much the agent holds.
+AGENT_HOLDINGS_COUNT_CAP = 10_000
+
+
+def agent_holdings(*, agent_id: int, cap: int = AGENT_HOLDINGS_COUNT_CAP) -> tuple[list[tuple[str, int]], list[str]]:
+    """What deleting the agent deletes with it (agents.services.agent_delete), for its confirmation page:
+    ``(label, count)`` per counted kind, a count above ``cap`` meaning "more than cap" (it stops there), and
+    the names of the other kinds that go too, uncounted (statistics and usage history; finished embedding
+    batches, which no index serves by agent). One query per counted kind, each naming the agent and served
+    by an index that starts with it (the chunk count reads the agent's partition only)."""
+    counted = [
+        ("files", MemoryFile.objects.filter(agent_id=agent_id)),
+        ("chunks", Chunk.objects.filter(agent_id=agent_id)),
+        ("index jobs", IndexJob.objects.filter(agent_id=agent_id)),
+        ("tokens", AgentToken.objects.filter(agent_id=agent_id)),
+        ("grants to read other agents' memory", MemoryGrant.objects.filter(reader_id=agent_id)),
+        ("grants to other agents to read its memory", MemoryGrant.objects.filter(owner_id=agent_id)),
+        ("embedding batches in flight", EmbeddingBatch.objects.filter(agent_id=agent_id, state__in=BATCHES_UNFINISHED)),
+    ]
+    counts = [(label, rows.order_by().values("pk")[: cap + 1].count()) for label, rows in counted]
+    counted_models = {rows.model for _, rows in counted}
+    uncounted = {relation.related_model for relation in agent_cascades()} - counted_models
+    return counts, sorted(str(model._meta.verbose_name_plural) for model in uncounted)
+
+
+def agent_cascades() -> list:
+    """The relations through which deleting an agent deletes other rows (Django's cascade)."""
+    return [
+        field for field in Agent._meta.get_fields(include_hidden=True)
+        if field.auto_created and not field.concrete and (field.one_to_many or field.one_to_one)
+        and field.on_delete is CASCADE
+    ]
 
 
 def _hit_rate(hits: int | None, embedded: int | None) -> float | None:
