@@ -291,7 +291,8 @@ def _swap(*, agent_indexes: list[str], outcome: RebuildOutcome) -> None:
             cursor.execute(f"ALTER SEQUENCE {sequence} RENAME TO {CHUNK}_id_seq")
         for name in shadow_partitions:
             cursor.execute(f'ALTER TABLE "{name}" RENAME TO "{name.removesuffix(SHADOW_SUFFIX)}"')
-        for name in shared + [f"{n}{SHADOW_SUFFIX}" for n in agent_indexes]:
+        # Once each: rebuilt into one table, the per-agent indexes are on the shadow itself, among `shared`.
+        for name in dict.fromkeys(shared + [f"{n}{SHADOW_SUFFIX}" for n in agent_indexes]):
             if name.endswith(SHADOW_SUFFIX):
                 cursor.execute(f'ALTER INDEX "{name}" RENAME TO "{name.removesuffix(SHADOW_SUFFIX)}"')
         for name in constraints:

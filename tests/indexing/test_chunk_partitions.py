@@ -148,3 +148,29 @@ def test_an_existing_table_is_partitioned_online_without_losing_a_write(alice, b
     finally:
         if chunk_partitions() != partitions:  # leave the layout the rest of the suite expects
             chunk_table_rebuild(partitions=partitions)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_partitioned_table_with_an_agents_own_index_is_rebuilt_into_one_table(alice, bob, settings):
+    """Back to one table (`chunk_partition --partitions 0`): the agent's index is rebuilt on the one table
+    under its own name (the swap renamed it twice, and failed, when it was both a per-agent index and one
+    of the shadow's own)."""
+    partitions = settings.MEMORYHUB_CHUNK_PARTITIONS
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 5
+    try:
+        _chunks(alice.agent, _file(alice.agent, 1), 12)
+        keyword_stats_sync()
+        expected = _table_state()
+
+        chunk_table_rebuild(partitions=0)
+
+        assert chunk_partitions() == 0 and _table_state() == expected
+        assert keyword_indexes() == {f"chunk_gin_a{alice.agent.pk}": True}
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT indrelid::regclass::text FROM pg_index WHERE indexrelid = %s::regclass", [f"chunk_gin_a{alice.agent.pk}"])
+            assert cursor.fetchone()[0] == "indexing_chunk"
+            cursor.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s", ["%\\_rb%"])
+            assert cursor.fetchone()[0] == 0
+    finally:
+        if chunk_partitions() != partitions:  # leave the layout the rest of the suite expects
+            chunk_table_rebuild(partitions=partitions)
