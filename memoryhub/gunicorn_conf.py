@@ -12,6 +12,8 @@ request thread and kept it, until Postgres refused new clients for good).
 
 import os
 
+from memoryhub.env import env_int
+
 workers = int(os.environ.get("MEMORYHUB_WEB_WORKERS", "2"))
 threads = int(os.environ.get("MEMORYHUB_WEB_THREADS", "8"))
 worker_class = "gthread"
@@ -35,13 +37,12 @@ accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else
 # A pool size given smaller than that leaves the helpers what the threads do not need (none: the halves
 # then run one after the other), so that a helper never waits for a connection its caller holds.
 # An empty value (the container's .env from .env.example) is unset; 0 = no pool (a connection per thread
-# and per helper, kept), which needs no such cap.
-_search_helpers = max(0, int(os.environ.get("MEMORYHUB_SEARCH_PARALLEL_HALVES", "").strip() or "2"))
-if not os.environ.get("MEMORYHUB_DB_POOL_SIZE", "").strip():
-    os.environ["MEMORYHUB_DB_POOL_SIZE"] = str(threads + _search_helpers)
-_pool_size = int(os.environ["MEMORYHUB_DB_POOL_SIZE"])
+# and per helper, kept), which needs no such cap. Read as settings.py reads them (the same defaults and bounds).
+_search_helpers = env_int("MEMORYHUB_SEARCH_PARALLEL_HALVES", 2, minimum=0, maximum=64)
+_pool_size = env_int("MEMORYHUB_DB_POOL_SIZE", threads + _search_helpers, minimum=0, maximum=100)
 if _pool_size:
     _search_helpers = max(0, min(_search_helpers, _pool_size - threads))
+os.environ["MEMORYHUB_DB_POOL_SIZE"] = str(_pool_size)
 os.environ["MEMORYHUB_SEARCH_PARALLEL_HALVES"] = str(_search_helpers)
 
 

@@ -418,8 +418,6 @@ def _beside_result(future, *, deadline: SearchDeadline) -> KeywordResult | None:
     otherwise (a helper's connection broken by a database restart), for the caller to run it again."""
     try:
         return future.result(timeout=max(0.0, deadline.remaining()))
-    except SearchTimedOut:
-        raise
     except FutureTimeout:
         deadline.timed_out = True
         raise SearchTimedOut from None
