@@ -614,6 +614,9 @@ for _network in MEMORYHUB_METRICS_ALLOWED_IPS:
         raise ImproperlyConfigured(f"MEMORYHUB_METRICS_ALLOWED_IPS: {_network!r} is not an address or network") from None
 # Seconds between runs of the task rolling searches and indexing jobs up into hourly usage counters.
 MEMORYHUB_USAGE_ROLLUP_INTERVAL = env_int("MEMORYHUB_USAGE_ROLLUP_INTERVAL", 300, minimum=10)
+# Seconds a web process buffers its searches' usage rows before writing them together, off the search's
+# path (memoryhub/usage/services.py); 0 = each row written before its search answers.
+MEMORYHUB_USAGE_FLUSH_SECONDS = env_float("MEMORYHUB_USAGE_FLUSH_SECONDS", 1.0, minimum=0, maximum=60)
 CELERY_BEAT_SCHEDULE["usage-rollup"] = {"task": "memoryhub.usage.tasks.usage_rollup_task", "schedule": float(MEMORYHUB_USAGE_ROLLUP_INTERVAL)}
 # Workers log through LOGGING too (same format, with the request id that queued the task).
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

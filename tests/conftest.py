@@ -142,11 +142,14 @@ def anonymous_client() -> APIClient:
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """pytest-django's test database, and before it is dropped the search helpers' connections closed
-    (search/beside.py: each helper thread keeps one to the test database)."""
+    (search/beside.py: each helper thread keeps one to the test database), and the usage rows' flusher's
+    (memoryhub/usage/services.py)."""
+    from memoryhub.usage.services import search_records_close
     from search.beside import helpers_close
 
     yield
     helpers_close()
+    search_records_close()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.services import agent_create
 from indexing.embeddings import ProviderPermanentError
 from indexing.models import IndexJob
+from memoryhub.usage import services as usage_services
 from memoryhub.usage.models import SearchEvent, UsageHour
 from memoryhub.usage.services import hour_floor, usage_rollup
 
@@ -114,39 +115,122 @@ def test_a_search_still_answers_when_its_usage_row_cannot_be_written(alice, monk
     assert SearchEvent.objects.count() == 1
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_search_outside_a_transaction_commits_its_usage_row_at_once(transactional_db, alice):
-    # The API runs in autocommit: the row is written in one statement of its own (without waiting for the
-    # WAL flush) and another connection sees it as soon as the search has answered.
-    response = alice.client.post("/api/v1/search", {"query": "kettles", "mode": "keyword"}, format="json")
-    assert response.status_code == 200
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW synchronous_commit")
-        assert cursor.fetchone()[0] == "on"  # set for the usage row's own transaction only
+def _rows_seen_by_another_connection(agent_id: int) -> list[tuple]:
     other = connection.copy()
     try:
         with other.cursor() as cursor:
             cursor.execute(
                 "SELECT agent_id, mode, results, took_ms, created_at FROM usage_searchevent WHERE agent_id = %s",
-                [alice.agent.pk],
+                [agent_id],
             )
-            rows = cursor.fetchall()
+            return cursor.fetchall()
     finally:
         other.close()
+
+
+@pytest.fixture
+def flusher():
+    """The usage rows' flusher thread ended after the test, whatever the test left in the buffer."""
+    yield usage_services
+    usage_services.search_records_close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_outside_a_transaction_buffers_its_usage_row_off_the_answers_path(transactional_db, alice, flusher, settings):
+    # The API runs in autocommit: the row waits in the process, and is written with the others of the
+    # last MEMORYHUB_USAGE_FLUSH_SECONDS in one statement (without waiting for the WAL flush).
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 60  # the background thread does not write it during this test
+    response = alice.client.post("/api/v1/search", {"query": "kettles", "mode": "keyword"}, format="json")
+    assert response.status_code == 200
+    assert _rows_seen_by_another_connection(alice.agent.pk) == []  # the answer did not wait for it
+    assert flusher.search_records_flush() == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # set for the usage rows' own transaction only
+    rows = _rows_seen_by_another_connection(alice.agent.pk)
     assert len(rows) == 1
     agent_id, mode, results, took_ms, created_at = rows[0]
     assert (agent_id, mode, results) == (alice.agent.pk, "keyword", len(response.json()["results"]))
     assert took_ms == response.json()["took_ms"] and created_at <= timezone.now()
+    assert flusher.search_records_flush() == 0  # written once
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_search_outside_a_transaction_answers_when_its_usage_row_cannot_be_written(transactional_db, alice):
+def test_the_background_flush_writes_every_buffered_search_and_the_roll_up_counts_them(transactional_db, alice, bob, flusher, settings):
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 0.01
+    for member, count in ((alice, 3), (bob, 2)):
+        for _ in range(count):
+            assert member.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    thread = flusher._buffer.thread
+    if thread is not None:
+        thread.join(timeout=30)  # it ends once a flush has left nothing to write
+    assert flusher._buffer.thread is None and not flusher._buffer.rows
+    assert len(_rows_seen_by_another_connection(alice.agent.pk)) == 3
+    assert len(_rows_seen_by_another_connection(bob.agent.pk)) == 2
+    usage_rollup()
+    hour = hour_floor(timezone.now())
+    assert UsageHour.objects.get(agent=alice.agent, hour=hour).searches == 3
+    assert UsageHour.objects.get(agent=bob.agent, hour=hour).searches == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_no_flush_interval_a_search_writes_its_row_before_it_answers(transactional_db, alice, flusher, settings):
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 0
+    response = alice.client.post("/api/v1/search", {"query": "kettles", "mode": "keyword"}, format="json")
+    assert response.status_code == 200
+    assert len(_rows_seen_by_another_connection(alice.agent.pk)) == 1
+    assert flusher._buffer.thread is None and flusher.search_records_flush() == 0
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deleted_agents_buffered_searches_do_not_keep_the_others_from_being_written(transactional_db, alice, bob, flusher, settings):
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 60
+    for member in (alice, bob, alice):
+        assert member.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    bob.agent.delete()
+    assert flusher.search_records_flush() == 3
+    assert len(_rows_seen_by_another_connection(alice.agent.pk)) == 2
+    assert SearchEvent.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_buffer_is_bounded_and_says_what_it_dropped(transactional_db, alice, flusher, settings, monkeypatch, caplog):
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 60
+    monkeypatch.setattr(flusher, "BUFFER_MAX_ROWS", 2)
+    for _ in range(4):
+        assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    assert len(flusher._buffer.rows) == 2
+    assert flusher.search_records_flush() == 2
+    assert "2 searches were not recorded (the buffer was full)" in caplog.text
+    assert SearchEvent.objects.count() == 2
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    assert flusher.search_records_flush() == 1  # room again
+
+
+def test_inside_a_transaction_the_row_is_written_in_it_at_once(alice, flusher, settings):
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 60
+    assert connection.in_atomic_block  # the test's transaction, as a caller's
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    assert SearchEvent.objects.filter(agent=alice.agent).count() == 1
+    assert not flusher._buffer.rows
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_outside_a_transaction_answers_when_its_usage_row_cannot_be_written(transactional_db, alice, flusher, caplog):
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE usage_searchevent ADD CONSTRAINT no_rows_now CHECK (false) NOT VALID")
     try:
         assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
         assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+        flusher.search_records_close()  # written (or refused) now, under the constraint: logged, not raised
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE usage_searchevent DROP CONSTRAINT no_rows_now")
+    assert "could not be recorded" in caplog.text
     assert not SearchEvent.objects.exists()
+    assert alice.client.post("/api/v1/search", {"query": "kettles"}, format="json").status_code == 200
+    flusher.search_records_close()
+    assert SearchEvent.objects.count() == 1  # the flushes' connection is fine
