@@ -45,6 +45,7 @@ from search.rerank import candidates_reranked, rerank_enabled
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
 from search.vector import vector_candidates
+from search.vector_index import USABLE_INDEX_SQL, agent_vector_index_name
 from memoryhub.usage.services import search_record
 
 logger = logging.getLogger(__name__)
@@ -171,10 +172,21 @@ _PENDING_SQL = (
 _PENDING_STATES = [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]
 
 
-def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> bool:
+# The agent's HNSW index for the query's dimensions (search/vector.py's plan), read with its vectors: the
+# vector half then sends its query alone.
+_HAS_INDEX_SQL = f"EXISTS (SELECT 1 {USABLE_INDEX_SQL})"
+
+
+def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> tuple[bool, bool]:
+    """(whether the agent has vectors of ``identity``, whether it has an HNSW index for them)."""
     with read_connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_HAS_VECTORS_SQL}", {"agent": agent.pk, "identity": identity.key})
-        return cursor.fetchone()[0]
+        cursor.execute(f"SELECT {_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}", _vector_params(agent=agent, identity=identity))
+        return tuple(cursor.fetchone())
+
+
+def _vector_params(*, agent: Agent, identity: EmbeddingIdentity) -> dict:
+    index = agent_vector_index_name(agent_id=agent.pk, dimensions=identity.dimensions or 0)
+    return {"agent": agent.pk, "identity": identity.key, "index": index}
 
 
 def _pending_files(*, agent: Agent) -> tuple[int, int]:
@@ -188,23 +200,27 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
 
 def _search_checks(
     *, agent: Agent, identity: EmbeddingIdentity, want_vectors: bool, deadline: SearchDeadline
-) -> tuple[int, int, bool]:
-    """(pending files, of which keyword search finds already, whether the agent has vectors of ``identity``
-    when ``want_vectors``): _pending_files on the primary and _agent_has_vectors where the search reads."""
+) -> tuple[int, int, bool, bool]:
+    """(pending files, of which keyword search finds already, and when ``want_vectors`` whether the agent
+    has vectors of ``identity`` and an HNSW index for them): _pending_files on the primary and
+    _agent_has_vectors where the search reads."""
     if current_read_alias() == DEFAULT_DB_ALIAS:
+        vectors = f"{_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}" if want_vectors else "false, false"
         with deadline.queries():
             with read_connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT p.*, {_HAS_VECTORS_SQL if want_vectors else 'false'} FROM ({_PENDING_SQL}) p",
-                    {"agent": agent.pk, "states": _PENDING_STATES, "identity": identity.key},
+                    f"SELECT p.*, {vectors} FROM ({_PENDING_SQL}) p",
+                    {"states": _PENDING_STATES, **_vector_params(agent=agent, identity=identity)},
                 )
-                pending, awaiting_vectors, has_vectors = cursor.fetchone()
-        return pending, awaiting_vectors, has_vectors
+                pending, awaiting_vectors, has_vectors, has_index = cursor.fetchone()
+        return pending, awaiting_vectors, has_vectors, has_index
     with deadline.queries(using=DEFAULT_DB_ALIAS):
         pending, awaiting_vectors = _pending_files(agent=agent)
-    with deadline.queries():
-        has_vectors = want_vectors and _agent_has_vectors(agent=agent, identity=identity)
-    return pending, awaiting_vectors, has_vectors
+    has_vectors = has_index = False
+    if want_vectors:
+        with deadline.queries():
+            has_vectors, has_index = _agent_has_vectors(agent=agent, identity=identity)
+    return pending, awaiting_vectors, has_vectors, has_index
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -326,7 +342,7 @@ def _memory_search(
     identity = configured_identity()
     embedding: list[list[float]] | None = None  # one vector per window of the query
     try:
-        pending, awaiting_vectors, has_vectors = _search_checks(
+        pending, awaiting_vectors, has_vectors, has_index = _search_checks(
             agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline
         )
     except SearchTimedOut:
@@ -349,7 +365,9 @@ def _memory_search(
     if embedding is not None:
         try:
             with deadline.queries():
-                vector_hits = _nearest(agent=agent, vectors=embedding, identity=identity, filters=filters, limit=pool)
+                vector_hits = _nearest(
+                    agent=agent, vectors=embedding, identity=identity, filters=filters, limit=pool, has_index=has_index
+                )
         except SearchTimedOut:
             used_mode = "keyword" if used_mode == "hybrid" else used_mode
     keyword = None
@@ -426,19 +444,21 @@ def _beside_result(future, *, deadline: SearchDeadline) -> KeywordResult | None:
         return None
 
 
-def _nearest(*, agent: Agent, vectors: list[list[float]], identity: EmbeddingIdentity, filters: SearchFilters, limit: int):
+def _nearest(
+    *, agent: Agent, vectors: list[list[float]], identity: EmbeddingIdentity, filters: SearchFilters, limit: int, has_index: bool
+):
     """The vector half: the agent's chunks nearest to the query, or for a query of several windows
     (search/query_windows.py) to any of its windows, each chunk at its best distance."""
     if len(vectors) == 1:
         return vector_candidates(
             agent_id=agent.pk, query_embedding=vectors[0], identity=identity, dimensions=identity.dimensions,
-            filters=filters, limit=limit,
+            filters=filters, limit=limit, has_index=has_index,
         )
     best = {}
     for vector in vectors:
         for hit in vector_candidates(
             agent_id=agent.pk, query_embedding=vector, identity=identity, dimensions=identity.dimensions,
-            filters=filters, limit=limit,
+            filters=filters, limit=limit, has_index=has_index,
         ):
             if hit.chunk_id not in best or hit.distance < best[hit.chunk_id].distance:
                 best[hit.chunk_id] = hit

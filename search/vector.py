@@ -23,6 +23,8 @@ import logging
 import math
 from typing import NamedTuple
 
+import psycopg
+
 from django.conf import settings
 from django.db import transaction
 
@@ -69,11 +71,13 @@ def vector_candidates(
     dimensions: int,
     filters: SearchFilters | None,
     limit: int,
+    has_index: bool | None = None,
 ) -> list[VectorHit]:
     """Up to `limit` chunks of this agent, nearest first, with their cosine distance and place.
 
     `identity` is the EmbeddingIdentity (or its key) the query was embedded with: vectors of any other
-    identity are never compared with it.
+    identity are never compared with it. `has_index`: whether the agent has a usable HNSW index for
+    `dimensions`, when the caller read it already (memory_search, in its checks); None = look it up.
     """
     identity_key = identity.key if hasattr(identity, "key") else str(identity or "")
     if limit <= 0 or not dimensions or not identity_key:
@@ -85,7 +89,7 @@ def vector_candidates(
         return []
     filters = filters or SearchFilters()
     query = _vector_literal(query_embedding)
-    plan = vector_plan(agent_id=agent_id, dimensions=dims, identity_key=identity_key, filters=filters, limit=limit)
+    plan = vector_plan(agent_id=agent_id, dimensions=dims, identity_key=identity_key, filters=filters, limit=limit, has_index=has_index)
     if plan.kind == "hnsw":
         rows = _hnsw_search(
             agent_id=agent_id, dims=dims, identity_key=identity_key, filters=filters, query=query, limit=limit,
@@ -106,10 +110,14 @@ class VectorPlan:
         return f"VectorPlan({self.kind!r}, ef_search={self.ef_search}, reason={self.reason!r})"
 
 
-def vector_plan(*, agent_id: int, dimensions: int, identity_key: str, filters: SearchFilters, limit: int) -> VectorPlan:
-    """Exact or HNSW for this query, and the ef_search to use (explained for the benchmark and tests)."""
-    index = agent_vector_index(agent_id=agent_id, dimensions=dimensions)
-    if index is None:
+def vector_plan(
+    *, agent_id: int, dimensions: int, identity_key: str, filters: SearchFilters, limit: int, has_index: bool | None = None
+) -> VectorPlan:
+    """Exact or HNSW for this query, and the ef_search to use (explained for the benchmark and tests).
+    `has_index` as vector_candidates takes it."""
+    if has_index is None:
+        has_index = agent_vector_index(agent_id=agent_id, dimensions=dimensions) is not None
+    if not has_index:
         return VectorPlan("exact", reason="no HNSW index for this agent (small, or not built yet)")
     # ef_search = limit (not 2x): measured at 100k chunks for the 100 candidates memory_search asks
     # for, recall@10 vs exact 1.000 either way and recall@100 0.976 vs 0.987, in 5.9 ms instead of 9.2 ms
@@ -214,18 +222,26 @@ def _hnsw_search(
         f"FROM {CHUNK} c {join} WHERE {where} ORDER BY {distance} LIMIT %s"
     )
     inner_params = [query, *params, query, int(limit)]
-    iterative = _iterative_scans()
+    # The decision for the index is made already; stale statistics (an agent that grew since the last
+    # ANALYZE) must not turn it into a full sort of the agent's chunks (enable_sort off). The settings
+    # are local to the statement's transaction.
+    setting = "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)"
+    setting_params = [str(int(ef_search))]
+    if _iterative_scans():
+        setting += ", set_config('hnsw.iterative_scan', %s, true)"
+        setting_params.append(settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN)
+        # relaxed_order may yield slightly out of order: sort the few rows again.
+        inner = f"WITH nearest AS MATERIALIZED ({inner}) SELECT * FROM nearest ORDER BY distance, id"
+    with connection.cursor() as cursor:
+        if not connection.in_atomic_block and isinstance(cursor.cursor, psycopg.ClientCursor):
+            # In autocommit, one round trip: Postgres runs a string of statements as one transaction,
+            # so the settings hold for the query and end with it (no BEGIN and COMMIT of their own).
+            cursor.execute(f"{setting}; {inner}", [*setting_params, *inner_params])
+            while cursor.nextset():  # the query's rows are the last result
+                pass
+            return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]
+    # Inside a caller's transaction (a savepoint), or with server-side binding (one statement per string).
     with transaction.atomic(using=current_read_alias()), connection.cursor() as cursor:
-        # The decision for the index is made already; stale statistics (an agent that grew since the
-        # last ANALYZE) must not turn it into a full sort of the agent's chunks (enable_sort off).
-        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)", [str(int(ef_search))])
-        if iterative:
-            cursor.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", [settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN])
-            # relaxed_order may yield slightly out of order: sort the few rows again.
-            cursor.execute(
-                f"WITH nearest AS MATERIALIZED ({inner}) SELECT * FROM nearest ORDER BY distance, id",
-                inner_params,
-            )
-        else:
-            cursor.execute(inner, inner_params)
+        cursor.execute(setting, setting_params)
+        cursor.execute(inner, inner_params)
         return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]

@@ -55,6 +55,14 @@ def agent_vector_index_create(*, agent_id: int, dimensions: int, concurrently: s
     return name
 
 
+# The index named %(index)s, if it is usable (built, and valid): the FROM and WHERE of a query about it.
+# memory_search asks it in the statement of checks it sends anyway (search/services.py).
+USABLE_INDEX_SQL = (
+    "FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+    "WHERE c.relname = %(index)s AND c.relkind = 'i' AND i.indisvalid AND i.indisready"
+)
+
+
 @dataclass(frozen=True)
 class AgentVectorIndex:
     name: str
@@ -68,11 +76,7 @@ def agent_vector_index(*, agent_id: int, dimensions: int) -> AgentVectorIndex | 
     """The agent's usable HNSW index for `dimensions`, or None (search exactly)."""
     name = agent_vector_index_name(agent_id=agent_id, dimensions=dimensions)
     with read_connection.cursor() as cursor:  # the database the search runs on: a replica or the primary
-        cursor.execute(
-            "SELECT c.reltuples FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
-            "WHERE c.relname = %s AND c.relkind = 'i' AND i.indisvalid AND i.indisready",
-            [name],
-        )
+        cursor.execute(f"SELECT c.reltuples {USABLE_INDEX_SQL}", {"index": name})
         row = cursor.fetchone()
     if row is None:
         return None

@@ -9,7 +9,7 @@ import hashlib
 import random
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from indexing.models import Chunk, MemoryFile
 from search.tasks import vector_indexes_task
@@ -227,3 +227,87 @@ def test_migrations_leave_no_global_vector_index(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_class WHERE relkind = 'i' AND relname LIKE 'chunk\\_embedding\\_hnsw\\_%%'")
         assert cursor.fetchone()[0] == 0
+
+
+def _settings_now() -> tuple[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('hnsw.ef_search'), current_setting('enable_sort')")
+        return cursor.fetchone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_search_sends_its_hnsw_query_in_one_round_trip(transactional_db, alice, bob):
+    # memory_search reads whether the agent has its HNSW index in its checks, and sends the query with
+    # its settings as one string (one implicit transaction): no lookup, BEGIN or COMMIT of their own.
+    from search.services import memory_search
+
+    rng = random.Random(21)
+    vectors = [random_vector(rng) for _ in range(MIN_CHUNKS + 20)]
+    add_chunks(alice.agent, vectors)
+    add_chunks(bob.agent, vectors[:40])  # exact: no index
+    vector_indexes_sync()
+    assert not connection.in_atomic_block  # as the API runs: autocommit
+    before = _settings_now()
+    sent = []
+
+    def record(execute, sql, params, many, context):
+        sent.append((sql, connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        response = memory_search(agent=alice.agent, query="memory notes chunk 7", mode="vector")
+    assert response.mode == "vector" and response.results
+    assert not any(in_block for _, in_block in sent), sent
+    (query,) = [sql for sql, _ in sent if "hnsw.ef_search" in sql]
+    assert "ORDER BY" in query and agent_vector_index_name(agent_id=alice.agent.id, dimensions=DIMS) not in query
+    (checks,) = [sql for sql, _ in sent if "pg_index" in sql]
+    assert "indexing_memoryfile" in checks  # the index is looked up in the checks statement
+    assert _settings_now() == before  # ef_search and enable_sort ended with the query
+
+    # The same hits as the query sent in a transaction of its own, and none of another agent's.
+    for vector in vectors[:5]:
+        one_string = vector_candidates(
+            agent_id=alice.agent.id, query_embedding=vector, identity=IDENTITY, dimensions=DIMS, filters=SearchFilters(),
+            limit=20, has_index=True,
+        )
+        with transaction.atomic():
+            in_transaction = vector_candidates(
+                agent_id=alice.agent.id, query_embedding=vector, identity=IDENTITY, dimensions=DIMS, filters=SearchFilters(),
+                limit=20, has_index=True,
+            )
+        assert one_string == in_transaction and len(one_string) == 20
+    with connection.execute_wrapper(record):
+        sent.clear()
+        response = memory_search(agent=bob.agent, query="memory notes chunk 7", mode="vector")
+    assert response.results and not any("hnsw.ef_search" in sql for sql, _ in sent)  # bob's is searched exactly
+
+
+def test_the_search_checks_read_this_agents_vectors_index_and_pending_files(alice, bob, settings):
+    from indexing.embedding_identity import configured_identity
+    from search.deadline import SearchDeadline
+    from search.services import _search_checks
+
+    rng = random.Random(22)
+    add_chunks(alice.agent, [random_vector(rng) for _ in range(MIN_CHUNKS + 20)])
+    vector_indexes_sync()
+    for n, state in enumerate([MemoryFile.State.PENDING, MemoryFile.State.INDEXING, MemoryFile.State.INDEXED]):
+        MemoryFile.objects.create(
+            agent=bob.agent, path=f"memory/new-{n}.md", content="x", content_hash="h2", indexed_hash="h2" if n == 1 else "",
+            size=1, state=state,
+        )
+    identity = configured_identity()
+    assert identity.key == IDENTITY
+
+    def checks(member, want_vectors=True):
+        with SearchDeadline() as deadline:
+            return _search_checks(agent=member.agent, identity=identity, want_vectors=want_vectors, deadline=deadline)
+
+    assert checks(alice) == (0, 0, True, True)
+    # bob's two files waiting (one of them for its vectors only); none of alice's vectors or index
+    assert checks(bob) == (2, 1, False, False)
+    assert checks(alice, want_vectors=False) == (0, 0, False, False)
+    Chunk.objects.filter(agent=alice.agent).update(embedding_identity="fake:older-model:16")
+    assert checks(alice) == (0, 0, False, True)  # the index is there, but no vector of this identity
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP INDEX "{agent_vector_index_name(agent_id=alice.agent.id, dimensions=DIMS)}"')
+    assert checks(alice) == (0, 0, False, False)
