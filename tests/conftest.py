@@ -139,6 +139,17 @@ def anonymous_client() -> APIClient:
     return APIClient()
 
 
+@pytest.fixture(autouse=True)
+def _usage_rows_written(django_db_blocker):
+    """The usage rows a test's searches buffered (memoryhub/usage/services.py: in autocommit) written, and
+    their flusher thread ended, before the next test: no test sees another's thread or rows."""
+    from memoryhub.usage.services import search_records_close
+
+    yield
+    with django_db_blocker.unblock():
+        search_records_close()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """pytest-django's test database, and before it is dropped the search helpers' connections closed
