@@ -341,6 +341,15 @@ def _memory_search(
     used_mode = mode or "hybrid"
     identity = configured_identity()
     embedding: list[list[float]] | None = None  # one vector per window of the query
+    pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
+
+    def keyword_half() -> KeywordResult:
+        with deadline.queries():
+            return keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+
+    # A hybrid search runs its keyword half beside the rest when a helper is free (search/beside.py): its
+    # checks, the query embedding and its vector half. It needs none of them, so it starts first.
+    keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
     try:
         pending, awaiting_vectors, has_vectors, has_index = _search_checks(
             agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline
@@ -353,14 +362,6 @@ def _memory_search(
             notes.append(f"{why_not} Keyword search only.")
             used_mode = "keyword"
 
-    pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
-
-    def keyword_half() -> KeywordResult:
-        with deadline.queries():
-            return keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
-
-    # A hybrid search runs its keyword half beside its vector half when a helper is free (search/beside.py).
-    keyword_later = run_beside(keyword_half) if embedding is not None and used_mode == "hybrid" else None
     vector_hits = []
     if embedding is not None:
         try:

@@ -164,3 +164,24 @@ def test_gunicorn_sizes_the_pool_for_its_threads_and_the_helpers(monkeypatch):
     # The container's .env, from .env.example: empty is unset; 0 is no pool, and the helpers stay.
     assert configured(MEMORYHUB_WEB_THREADS="8", MEMORYHUB_DB_POOL_SIZE="", MEMORYHUB_SEARCH_PARALLEL_HALVES="") == ("10", "2")
     assert configured(MEMORYHUB_WEB_THREADS="8", MEMORYHUB_DB_POOL_SIZE="0") == ("0", "2")
+
+
+def test_a_hybrid_search_starts_its_keyword_half_before_its_checks(notes, monkeypatch):
+    # The keyword half needs neither the checks nor the query embedding: it runs beside them too. The
+    # checks here wait until the keyword half has started (on a helper), which they never did before.
+    started = threading.Event()
+    real_keyword, real_checks = services.keyword_candidates, services._search_checks
+    seen = []
+
+    def keyword(**kwargs):
+        started.set()
+        return real_keyword(**kwargs)
+
+    def checks(**kwargs):
+        seen.append(started.wait(timeout=10))
+        return real_checks(**kwargs)
+
+    monkeypatch.setattr(services, "keyword_candidates", keyword)
+    monkeypatch.setattr(services, "_search_checks", checks)
+    mode, results, _ = answer(notes)
+    assert seen == [True] and mode == "hybrid" and results[0][0] == "MEMORY.md"
