@@ -161,6 +161,43 @@ def adaptive_weights(candidates, vector_weight: float, keyword_weight: float) ->
 
 
 
+def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], weight: float) -> list[Candidate]:
+    """Each candidate's score mixed with its neighbours': ``(score + weight × n) / (1 + weight)``, where
+    ``n`` is the mean score of the candidate just before it in its file and the one just after (chunks
+    whose lines overlap or touch its own; 0 for a side with no such candidate), re-ranked. ``spans``
+    maps a chunk to (file id, start line, end line).
+
+    An answer that sits in a stretch of several chunks (a topic of a meeting, a thread of a chat) is
+    carried by the chunks around it as well as by its own; a lone chunk that merely shares words with
+    the query is not. Scores stay on 0..1 and never rise above the best of the chunk and its
+    neighbours. Measured on the dev sets (docs/search.md)."""
+    if weight <= 0 or not ranked:
+        return ranked
+    by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
+    for candidate in ranked:
+        file_id, start, end = spans[candidate.chunk_id]
+        by_file.setdefault(file_id, []).append((start, end, candidate))
+    credited = {}
+    for chunks in by_file.values():
+        chunks.sort(key=lambda chunk: (chunk[0], chunk[1]))
+        for i, (start, end, candidate) in enumerate(chunks):
+            # The chunker's windows of a file start one after another: the neighbours are the nearest
+            # candidates starting before and after this one, when their lines overlap or touch its own.
+            j = i - 1
+            while j >= 0 and chunks[j][0] == start:
+                j -= 1
+            before = chunks[j][2].score if j >= 0 and start - 1 <= chunks[j][1] < end else 0.0
+            k = i + 1
+            while k < len(chunks) and chunks[k][0] == start:
+                k += 1
+            after = chunks[k][2].score if k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end else 0.0
+            credited[candidate.chunk_id] = (candidate.score + weight * (before + after) / 2) / (1 + weight)
+    for candidate in ranked:
+        candidate.score = credited[candidate.chunk_id]
+    missing = 1 << 30
+    return sorted(ranked, key=lambda c: (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id))
+
+
 def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:
     """The order in which hits get snippets. ``span(item) -> (file_id, start, end)``.
 
