@@ -471,10 +471,11 @@ MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STAT
 # sets in docs/search.md.
 MEMORYHUB_SEARCH_BM25_K1 = env_float("MEMORYHUB_SEARCH_BM25_K1", 1.2, minimum=0, maximum=10)
 MEMORYHUB_SEARCH_BM25_B = env_float("MEMORYHUB_SEARCH_BM25_B", 0.75, minimum=0, maximum=1)
-# Each candidate's fused score mixed with the mean of its neighbours' in its file (the chunks just before
-# and after it), (score + w * mean) / (1 + w): an answer inside a stretch of matching chunks is carried by
-# them (search/fusion.py neighbour_credit). 0 = off. Measured on the dev sets in docs/search.md.
-MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT = env_float("MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT", 0.0, minimum=0, maximum=4)
+# Each candidate's fused score lifted towards the mean of its neighbours' in its file (the chunks just
+# before and after it), max(score, (score + w * mean) / (1 + w)): an answer inside a stretch of matching
+# chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5
+# helped the meetings on both parts and cost LoCoMo nothing (docs/search.md).
+MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT = env_float("MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT", 0.5, minimum=0, maximum=4)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score

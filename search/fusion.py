@@ -162,15 +162,15 @@ def adaptive_weights(candidates, vector_weight: float, keyword_weight: float) ->
 
 
 def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], weight: float) -> list[Candidate]:
-    """Each candidate's score mixed with its neighbours': ``(score + weight × n) / (1 + weight)``, where
-    ``n`` is the mean score of the candidate just before it in its file and the one just after (chunks
-    whose lines overlap or touch its own; 0 for a side with no such candidate), re-ranked. ``spans``
-    maps a chunk to (file id, start line, end line).
+    """Each candidate lifted towards its neighbours, ``max(score, (score + weight × n) / (1 + weight))``,
+    where ``n`` is the mean score of the candidate just before it in its file and the one just after
+    (chunks whose lines overlap or touch its own; 0 for a side with no such candidate), re-ranked.
+    ``spans`` maps a chunk to (file id, start line, end line).
 
-    An answer that sits in a stretch of several chunks (a topic of a meeting, a thread of a chat) is
-    carried by the chunks around it as well as by its own; a lone chunk that merely shares words with
-    the query is not. Scores stay on 0..1 and never rise above the best of the chunk and its
-    neighbours. Measured on the dev sets (docs/search.md)."""
+    An answer inside a stretch of matching chunks (a topic of a meeting runs over 30-60 lines, several
+    chunks) is carried by the chunks around it; a chunk is never lowered, so a lone turn that answers
+    keeps its own score (mixing without the max cost LoCoMo's temporal questions, whose answer is one
+    turn). Scores stay on 0..1. Measured on the dev sets (docs/search.md)."""
     if weight <= 0 or not ranked:
         return ranked
     by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
@@ -191,7 +191,8 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
             while k < len(chunks) and chunks[k][0] == start:
                 k += 1
             after = chunks[k][2].score if k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end else 0.0
-            credited[candidate.chunk_id] = (candidate.score + weight * (before + after) / 2) / (1 + weight)
+            lifted = (candidate.score + weight * (before + after) / 2) / (1 + weight)
+            credited[candidate.chunk_id] = max(candidate.score, lifted)
     for candidate in ranked:
         candidate.score = credited[candidate.chunk_id]
     missing = 1 << 30
