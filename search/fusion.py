@@ -123,11 +123,13 @@ def fuse(
                 raw += keyword_weight / (rrf_k + c.keyword_rank)
             c.score = raw / best
 
+    return sorted(candidates.values(), key=_rank_key)
+
+
+def _rank_key(c: Candidate) -> tuple:
+    """Best score first; ties: better vector rank, then keyword rank, then id."""
     missing = 1 << 30
-    return sorted(
-        candidates.values(),
-        key=lambda c: (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id),
-    )
+    return (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id)
 
 
 # Adaptive fusion reads each half's score at this depth against its best (see _peak).
@@ -177,8 +179,10 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
     for candidate in ranked:
         file_id, start, end = spans[candidate.chunk_id]
         by_file.setdefault(file_id, []).append((start, end, candidate))
-    credited = {}
+    lifted: dict[int, float] = {}
     for chunks in by_file.values():
+        if len(chunks) < 2:
+            continue
         chunks.sort(key=lambda chunk: (chunk[0], chunk[1]))
         for i, (start, end, candidate) in enumerate(chunks):
             # The chunker's windows of a file start one after another: the neighbours are the nearest
@@ -191,12 +195,14 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
             while k < len(chunks) and chunks[k][0] == start:
                 k += 1
             after = chunks[k][2].score if k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end else 0.0
-            lifted = (candidate.score + weight * (before + after) / 2) / (1 + weight)
-            credited[candidate.chunk_id] = max(candidate.score, lifted)
+            score = (candidate.score + weight * (before + after) / 2) / (1 + weight)
+            if score > candidate.score:
+                lifted[candidate.chunk_id] = score
+    if not lifted:
+        return ranked
     for candidate in ranked:
-        candidate.score = credited[candidate.chunk_id]
-    missing = 1 << 30
-    return sorted(ranked, key=lambda c: (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id))
+        candidate.score = lifted.get(candidate.chunk_id, candidate.score)
+    return sorted(ranked, key=_rank_key)
 
 
 def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:
