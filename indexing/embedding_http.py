@@ -121,9 +121,11 @@ class HTTPEmbeddingProvider(BatchingProvider):
             raise ProviderPermanentError(f"the query embedding was rejected: {exc}") from None
 
     def embed_query_windows(self, texts: list[str]) -> list[Vector]:
+        """One request for the windows of a long query, allowed ``query_timeout`` per window."""
         inputs, _ = self._prepared(texts)
         try:
-            return self._request(inputs, query=True, timeout=self.query_timeout, retry=RetryPolicy(max_retries=0))
+            timeout = self.query_timeout * len(inputs)
+            return self._request(inputs, query=True, timeout=timeout, retry=RetryPolicy(max_retries=0))
         except _RejectedRequest as exc:
             raise ProviderPermanentError(f"the query embedding was rejected: {exc}") from None
 

@@ -347,6 +347,7 @@ class OpenAIProvider(BatchingProvider):
         # Local OpenAI-compatible servers (Ollama, vLLM, TEI) need no key, but the SDK insists on one.
         self.client = OpenAI(api_key=api_key or "no-key", base_url=base_url or None, max_retries=0, timeout=timeout)
         # Someone waits for a query embedding: one short attempt, the search falls back to keywords.
+        self.query_timeout = query_timeout
         self.query_client = self.client.with_options(timeout=query_timeout)
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens
@@ -363,6 +364,13 @@ class OpenAIProvider(BatchingProvider):
     def embed_query(self, text: str) -> Vector:
         inputs, _ = self._prepared([text])
         return self._request(inputs, client=self.query_client, retry=RetryPolicy(max_retries=0))[0]
+
+    def embed_query_windows(self, texts: list[str]) -> list[Vector]:
+        """One request for the windows of a long query (not one per window), allowed ``query_timeout``
+        per window."""
+        inputs, _ = self._prepared(texts)
+        client = self.client.with_options(timeout=self.query_timeout * len(inputs))
+        return self._request(inputs, client=client, retry=RetryPolicy(max_retries=0))
 
     def _request(self, inputs: list[str], *, client=None, retry: RetryPolicy | None = None) -> list[Vector]:
         import openai

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
+from memoryhub.embedding_models import known_model
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 from memoryhub.ratelimit import rate_parse
 
@@ -295,11 +296,18 @@ _DEFAULT_INPUT_TOKENS = {
     "local": 220, "fake": 8191, "none": 8191,
 }
 MEMORYHUB_EMBEDDING_MODEL = env_str("MEMORYHUB_EMBEDDING_MODEL") or _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][0]
+# A model the service knows by name (memoryhub/embedding_models.py: all-MiniLM-L6-v2, bge-*, e5-*, ...)
+# brings its own window and native size, whichever provider reaches it: all-MiniLM-L6-v2 behind an
+# OpenAI-compatible server reads 256 word pieces, not OpenAI's 8,191 tokens.
+_KNOWN_MODEL = known_model(MEMORYHUB_EMBEDDING_MODEL)
 # Changing the dimensions (or the model) changes the index identity: chunks embedded under the old
 # identity are ignored by vector search and re-embedded in the background; keyword search keeps
 # working meanwhile. The embedding column is dimension-less, so no schema migration is needed.
 MEMORYHUB_EMBEDDING_DIMENSIONS = env_int(
-    "MEMORYHUB_EMBEDDING_DIMENSIONS", _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][1], minimum=1, maximum=16000
+    "MEMORYHUB_EMBEDDING_DIMENSIONS",
+    (_KNOWN_MODEL and _KNOWN_MODEL.dimensions) or _DEFAULT_MODELS[MEMORYHUB_EMBEDDING_PROVIDER][1],
+    minimum=1,
+    maximum=16000,
 )
 if MEMORYHUB_EMBEDDING_PROVIDER != "none" and MEMORYHUB_EMBEDDING_DIMENSIONS is None:
     raise ImproperlyConfigured("MEMORYHUB_EMBEDDING_DIMENSIONS must be set for this provider")
@@ -374,9 +382,12 @@ MEMORYHUB_EMBEDDING_BATCH_SIZE = env_int("MEMORYHUB_EMBEDDING_BATCH_SIZE", 256, 
 MEMORYHUB_EMBEDDING_BATCH_TOKENS = env_int("MEMORYHUB_EMBEDDING_BATCH_TOKENS", 100_000, minimum=1, maximum=300_000)
 # The model's input window in cl100k tokens (8191 for OpenAI's models, 220 for local all-MiniLM-L6-v2):
 # chunks are never larger (MEMORYHUB_CHUNK_TOKENS is capped to it, so every line a vector is credited
-# with was read by the model), and longer inputs are cut to it before they are sent.
+# with was read by the model), and longer inputs are cut to it before they are sent. Default: the
+# smaller of the provider's window and the model's, when the model is known by name (_KNOWN_MODEL).
 MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int(
-    "MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS", _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER], minimum=32
+    "MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS",
+    min(_DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER], _KNOWN_MODEL.window if _KNOWN_MODEL else 10**9),
+    minimum=32,
 )
 # Retries of one request on 429, 5xx, timeouts and connection errors, before the error is raised.
 MEMORYHUB_EMBEDDING_MAX_RETRIES = env_int("MEMORYHUB_EMBEDDING_MAX_RETRIES", 5, minimum=0, maximum=20)
@@ -460,6 +471,11 @@ MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STAT
 # sets in docs/search.md.
 MEMORYHUB_SEARCH_BM25_K1 = env_float("MEMORYHUB_SEARCH_BM25_K1", 1.2, minimum=0, maximum=10)
 MEMORYHUB_SEARCH_BM25_B = env_float("MEMORYHUB_SEARCH_BM25_B", 0.75, minimum=0, maximum=1)
+# Each candidate's fused score lifted towards the mean of its neighbours' in its file (the chunks just
+# before and after it), max(score, (score + w * mean) / (1 + w)): an answer inside a stretch of matching
+# chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5
+# helped the meetings on both parts and cost LoCoMo nothing (docs/search.md).
+MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT = env_float("MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT", 0.5, minimum=0, maximum=4)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score

@@ -123,11 +123,13 @@ def fuse(
                 raw += keyword_weight / (rrf_k + c.keyword_rank)
             c.score = raw / best
 
+    return sorted(candidates.values(), key=_rank_key)
+
+
+def _rank_key(c: Candidate) -> tuple:
+    """Best score first; ties: better vector rank, then keyword rank, then id."""
     missing = 1 << 30
-    return sorted(
-        candidates.values(),
-        key=lambda c: (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id),
-    )
+    return (-c.score, c.vector_rank or missing, c.keyword_rank or missing, c.chunk_id)
 
 
 # Adaptive fusion reads each half's score at this depth against its best (see _peak).
@@ -159,6 +161,48 @@ def adaptive_weights(candidates, vector_weight: float, keyword_weight: float) ->
     return vector_weight * (1 + vector_peak), keyword_weight * (1 + keyword_peak)
 
 
+
+
+def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], weight: float) -> list[Candidate]:
+    """Each candidate lifted towards its neighbours, ``max(score, (score + weight × n) / (1 + weight))``,
+    where ``n`` is the mean score of the candidate just before it in its file and the one just after
+    (chunks whose lines overlap or touch its own; 0 for a side with no such candidate), re-ranked.
+    ``spans`` maps a chunk to (file id, start line, end line).
+
+    An answer inside a stretch of matching chunks (a topic of a meeting runs over 30-60 lines, several
+    chunks) is carried by the chunks around it; a chunk is never lowered, so a lone turn that answers
+    keeps its own score (mixing without the max cost LoCoMo's temporal questions, whose answer is one
+    turn). Scores stay on 0..1. Measured on the dev sets (docs/search.md)."""
+    if weight <= 0 or not ranked:
+        return ranked
+    by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
+    for candidate in ranked:
+        file_id, start, end = spans[candidate.chunk_id]
+        by_file.setdefault(file_id, []).append((start, end, candidate))
+    lifted: dict[int, float] = {}
+    for chunks in by_file.values():
+        if len(chunks) < 2:
+            continue
+        chunks.sort(key=lambda chunk: (chunk[0], chunk[1]))
+        for i, (start, end, candidate) in enumerate(chunks):
+            # The chunker's windows of a file start one after another: the neighbours are the nearest
+            # candidates starting before and after this one, when their lines overlap or touch its own.
+            j = i - 1
+            while j >= 0 and chunks[j][0] == start:
+                j -= 1
+            before = chunks[j][2].score if j >= 0 and start - 1 <= chunks[j][1] < end else 0.0
+            k = i + 1
+            while k < len(chunks) and chunks[k][0] == start:
+                k += 1
+            after = chunks[k][2].score if k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end else 0.0
+            score = (candidate.score + weight * (before + after) / 2) / (1 + weight)
+            if score > candidate.score:
+                lifted[candidate.chunk_id] = score
+    if not lifted:
+        return ranked
+    for candidate in ranked:
+        candidate.score = lifted.get(candidate.chunk_id, candidate.score)
+    return sorted(ranked, key=_rank_key)
 
 
 def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:

@@ -25,7 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from django.conf import settings
 
 from indexing.embeddings import ProviderTransientError
-from search.query_windows import query_vectors
+from search.query_windows import query_text_windows, query_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -184,13 +184,15 @@ class QueryBreaker:
 
 def embed_query_bounded(*, provider, text: str, timeout: float) -> list[list[float]]:
     """The provider's vectors for ``text`` (one per window of a long query: search/query_windows.py)
-    within ``timeout`` seconds (at most the configured query timeout), through the breaker. Raises
-    BreakerOpen, or the provider's error (a timeout is a ProviderTransientError); a vector of the wrong
-    size or with NaN counts as a failure too."""
-    timeout = max(0.0, min(timeout, settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT))
+    within ``timeout`` seconds (at most the configured query timeout per window: a query of eight
+    windows is eight inputs to embed, and its slowness must not count as the provider failing), through
+    the breaker. Raises BreakerOpen, or the provider's error (a timeout is a ProviderTransientError); a
+    vector of the wrong size or with NaN counts as a failure too."""
+    windows = query_text_windows(text)
+    timeout = max(0.0, min(timeout, settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT * len(windows)))
     breaker = QueryBreaker(provider.identity.key)
     failures_before = breaker.before_call(probe_ttl=timeout + 1)
-    future = _executor.submit(query_vectors, provider=provider, text=text)
+    future = _executor.submit(query_vectors, provider=provider, windows=windows)
     try:
         vectors = [[float(value) for value in vector] for vector in future.result(timeout=timeout)]
         for vector in vectors or [[]]:

@@ -34,9 +34,13 @@ def query_windows(text: str, *, max_tokens: int, limit: int = MAX_QUERY_WINDOWS)
     return windows[:limit]
 
 
-def query_vectors(*, provider, text: str) -> list[list[float]]:
+def query_text_windows(text: str) -> list[str]:
+    """The windows of a query for the configured model's window (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS)."""
+    return query_windows(text, max_tokens=settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS)
+
+
+def query_vectors(*, provider, windows: list[str]) -> list[list[float]]:
     """The provider's vector of each window of a query (see the module docstring)."""
-    windows = query_windows(text, max_tokens=settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS)
     if len(windows) == 1:
-        return [provider.embed_query(text)]
+        return [provider.embed_query(windows[0])]
     return provider.embed_query_windows(windows)

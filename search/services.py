@@ -37,7 +37,7 @@ from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
-from search.fusion import Candidate, fuse, overlaps_deferred
+from search.fusion import Candidate, fuse, neighbour_credit, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
@@ -399,6 +399,7 @@ def _memory_search(
         vector=[(hit.chunk_id, hit.distance) for hit in vector_hits], keyword=keyword.hits, method=settings.MEMORYHUB_SEARCH_FUSION,
         vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
     )
+    candidates = neighbour_credit(candidates, spans=spans, weight=settings.MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT)
     results, best_below = _results(
         agent_id=agent.pk, deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
         min_score=min_score, explain=explain, query=query, notes=notes,

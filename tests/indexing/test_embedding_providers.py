@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -51,6 +52,7 @@ class EmbeddingsServer:
                     server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
                     status, extra = server.script.pop(0) if server.script else (200, {})
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                time.sleep(extra.get("sleep", 0))  # a slow answer
                 if status == 200 and server.reject and any(server.reject in text for text in inputs):
                     status, extra = 400, {"message": "This model's maximum context length is 8192 tokens"}
                 if status != 200:
@@ -221,6 +223,16 @@ def test_openai_a_bad_input_does_not_lose_the_rest_of_its_batch(server):
     assert rejected.vectors[7] is None
     assert all(v is not None and len(v) == 8 for i, v in enumerate(rejected.vectors) if i != 7)
     assert len(server.requests) < 2 * len(texts)
+
+
+def test_openai_query_windows_go_in_one_request_allowed_the_query_timeout_per_window(server):
+    # Eight windows of a long query: one request, allowed 8 x 0.25 s; the answer takes 0.6 s (under the
+    # 0.25 s of one window, or one request per window, it timed out or took 8 round trips).
+    server.script = [(200, {"sleep": 0.6})]
+    windows = [f"window {i}" for i in range(8)]
+    vectors = openai_provider(server, query_timeout=0.25).embed_query_windows(windows)
+    assert len(vectors) == 8 and len(server.requests) == 1
+    assert server.requests[0]["body"]["input"] == windows
 
 
 def test_openai_wrong_dimensions_are_a_permanent_error(server):

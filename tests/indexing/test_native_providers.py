@@ -175,6 +175,12 @@ def test_a_query_gets_one_short_attempt(server):
     assert len(server.requests) == 1
 
 
+def test_the_windows_of_a_long_query_get_the_query_timeout_per_window(server):
+    server.script = [(200, {"sleep": 0.6})]  # under one window's 0.25 s this timed out
+    vectors = provider_for(server, query_timeout=0.25).embed_query_windows([f"window {i}" for i in range(8)])
+    assert len(vectors) == 8 and len(server.requests) == 1
+
+
 def test_an_unreachable_server_is_transient(api):
     provider = PROVIDERS[api](
         EmbeddingIdentity(provider=api, model=MODELS[api], dimensions=8),

@@ -124,3 +124,38 @@ def test_without_redis_each_process_keeps_its_own_breaker(alice_with_vectors, pr
         assert response.mode == "keyword" and response.results
     assert provider.requests == 2 and "paused" in response.message
     assert time.monotonic() - started < 15
+
+
+def test_a_long_querys_embedding_gets_the_timeout_once_per_window(alice_with_vectors, provider, settings, monkeypatch):
+    """A query of several windows is several inputs to embed: its time limit is the query timeout per
+    window (within the search's deadline), so its slowness is not taken for the provider failing."""
+    from search import query_breaker
+    from search.query_windows import query_text_windows
+
+    limits = []
+    executor = query_breaker._executor
+
+    class Recording:
+        def submit(self, fn, **kwargs):
+            future = executor.submit(fn, **kwargs)
+
+            class Limited:
+                def result(self, timeout):
+                    limits.append(timeout)
+                    return future.result(timeout=timeout)
+
+                def cancel(self):
+                    return future.cancel()
+
+            return Limited()
+
+    monkeypatch.setattr(query_breaker, "_executor", Recording())
+    settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 40
+    long_query = "\n".join(f"Ben: we talked about the billing deploy {i} and the blue-green script today." for i in range(8))
+    windows = len(query_text_windows(long_query))
+    assert 2 < windows <= 5
+    assert memory_search(agent=alice_with_vectors.agent, query=long_query).mode == "hybrid"
+    assert memory_search(agent=alice_with_vectors.agent, query=QUERY).mode == "hybrid"
+    assert limits[0] == pytest.approx(1.0 * windows, abs=0.01)  # 1.0 s each (the fixture's), under the 6 s deadline
+    assert limits[1] == pytest.approx(1.0)
+    assert provider.requests == 2

@@ -162,3 +162,13 @@ def test_no_dialogue_leaves_the_derived_set_out(live_api, tiny_data, tmp_path, c
     path.write_text(json.dumps(data))
     call_command("bench_search", "--base-url", live_api, "--data", str(path), "--json", "--no-dialogue")
     assert set(json.loads(capsys.readouterr().out)["sets"]) == {"locomo"}
+
+
+def test_the_dev_sets_are_found_beside_the_checkout_or_beside_a_worktrees_parent(tmp_path, settings):
+    from benchmarks.management.commands.bench_search import _data_dir
+
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    for checkout in (tmp_path / "main", tmp_path / "wt" / "branch"):
+        checkout.mkdir(parents=True)
+        settings.BASE_DIR = checkout
+        assert _data_dir() == tmp_path / "shared" / "data"

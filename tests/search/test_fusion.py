@@ -2,7 +2,7 @@
 
 import pytest
 
-from search.fusion import Candidate, fuse, overlaps_deferred, similarity
+from search.fusion import Candidate, fuse, neighbour_credit, overlaps_deferred, similarity
 from search.keyword import KeywordHit
 
 
@@ -130,3 +130,25 @@ def test_adaptive_weights_are_the_configured_ones_times_one_plus_each_halfs_peak
 def test_adaptive_keeps_a_keyword_only_hit_above_the_default_threshold():
     ranked = fuse(vector=[(1, 0.0), (2, 0.9)], keyword=kw((7, 1.0), (8, 0.99)), method="adaptive")
     assert next(c for c in ranked if c.chunk_id == 7).score >= 1 / 3 > 0.1
+
+
+def test_neighbour_credit_lifts_a_chunk_towards_the_mean_of_the_chunks_around_it_in_its_file():
+    # File 1: chunks 1-2-3 in a row (overlapping or touching lines); chunk 4 far below; file 2: chunk 5.
+    spans = {1: (1, 1, 10), 2: (1, 9, 20), 3: (1, 21, 30), 4: (1, 80, 90), 5: (2, 11, 19)}
+    scores = {1: 0.3, 2: 0.5, 3: 0.9, 4: 0.52, 5: 0.6}
+    ranked = neighbour_credit([Candidate(i, score) for i, score in scores.items()], spans=spans, weight=0.5)
+    got = {c.chunk_id: round(c.score, 4) for c in ranked}
+    assert got == {
+        1: 0.3,  # its neighbours' mean (0 before, 0.5 after) 0.25: not lowered
+        2: round((0.5 + 0.5 * (0.3 + 0.9) / 2) / 1.5, 4),  # 8-line overlap before, touching after: 0.5333
+        3: 0.9,
+        4: 0.52,  # alone in its stretch of the file
+        5: 0.6,  # lines 11-19 of another file are not chunk 2's neighbours
+    }
+    assert [c.chunk_id for c in ranked] == [3, 5, 2, 4, 1]  # chunk 2, inside a stretch, passes the lone chunk 4
+
+
+def test_neighbour_credit_off_leaves_the_ranking_as_fused():
+    ranked = [Candidate(1, 0.9), Candidate(2, 0.3)]
+    assert neighbour_credit(ranked, spans={1: (1, 1, 5), 2: (1, 6, 9)}, weight=0) == ranked
+    assert [c.score for c in ranked] == [0.9, 0.3]

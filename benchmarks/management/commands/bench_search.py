@@ -43,7 +43,19 @@ from agents.services import agent_create, agent_token_create
 from benchmarks.bench_data import PARTS, dev_sets_load
 from benchmarks.locomo import percentile, question_details, question_score, scores_summary
 
-DATA_DIR = Path(settings.BASE_DIR).parent / "shared" / "data"
+
+
+def _data_dir() -> Path:
+    """``shared/data`` beside the checkout, or beside one of its parents (a git worktree kept in a
+    folder of its own, e.g. ``wt/<branch>``, finds the one beside the main checkout's folder)."""
+    base = Path(settings.BASE_DIR).resolve()
+    for parent in base.parents:
+        if (parent / "shared" / "data").is_dir():
+            return parent / "shared" / "data"
+    return base.parent / "shared" / "data"  # named in the error when it is missing
+
+
+DATA_DIR = _data_dir()
 DEFAULT_DATA = [DATA_DIR / "locomo-dev.json", DATA_DIR / "qmsum-dev.json"]
 OVERRIDABLE = ("MEMORYHUB_SEARCH_", "MEMORYHUB_CHUNK_")
 
