@@ -253,8 +253,9 @@ def memory_search(
             agent=agent, query=query, max_results=max_results, min_score=min_score, mode=mode, filters=filters,
             explain=explain, deadline=deadline,
         )
-        # Usage bookkeeping: one small row, written even when the deadline has passed (slow searches are
-        # the ones worth seeing); a failure to write it never fails the search.
+        # Usage bookkeeping: one small row, recorded even when the deadline has passed (slow searches are
+        # the ones worth seeing; in autocommit it is buffered and written after the answer, see
+        # memoryhub/usage/services.py); a failure to write it never fails the search.
         with deadline.bookkeeping():
             search_record(agent_id=agent.pk, mode=response.mode, results=len(response.results), took_ms=response.took_ms)
     return response

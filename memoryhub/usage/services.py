@@ -4,7 +4,6 @@ import atexit
 import logging
 import os
 import threading
-import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
