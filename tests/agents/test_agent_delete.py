@@ -222,3 +222,16 @@ def test_an_agents_search_rows_are_deleted_through_an_index_naming_it(alice, bob
     assert "searchevent_agent_idx" in plan, plan
     agent_delete(agent=alice.agent, actor=None)
     assert list(SearchEvent.objects.values_list("agent_id", flat=True).distinct()) == [bob.agent.pk]
+
+
+def test_every_table_that_references_an_agent_has_an_index_leading_with_that_column():
+    """Deleting an agent deletes (or checks) the rows of every table that references it; each must be
+    found through an index, or one agent's deletion reads every agent's rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT con.conrelid::regclass::text, a.attname FROM pg_constraint con
+               JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1]
+               WHERE con.contype = 'f' AND con.confrelid = 'agents_agent'::regclass
+                 AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = con.conrelid AND i.indkey[0] = con.conkey[1])"""
+        )
+        assert cursor.fetchall() == []
