@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import DEFAULT_TEAM_SLUG, Agent, AgentToken, AuditEvent, MemoryGrant, Team
+from agents.models import DEFAULT_TEAM_SLUG, Agent, AgentToken, AuditEvent, MemoryGrant, Team, TeamMembership
 from memoryhub.domain import InvalidInput, TooLarge
 
 TOKEN_PREFIX = "mh_"
@@ -53,6 +53,40 @@ def team_create(*, slug: str, name: str = "", actor: Actor | None = None) -> Tea
     team = Team.objects.create(slug=slug, name=name or slug)
     audit_record(action=AuditEvent.Action.TEAM_CREATED, actor=actor, team_ids=[team.pk], target=team.slug)
     return team
+
+
+@transaction.atomic
+def team_member_set(*, team: Team, user, role: str, actor: Actor | None = None) -> tuple[TeamMembership, str]:
+    """Make ``user`` a member of ``team`` with ``role`` (added, or their role changed); audited as the
+    admin's membership form is. Returns the membership and what happened: "added", "changed" or
+    "unchanged"."""
+    membership, created = TeamMembership.objects.select_for_update().get_or_create(
+        team=team, user=user, defaults={"role": role}
+    )
+    username = user.get_username()
+    if created:
+        audit_record(action=AuditEvent.Action.MEMBER_ADDED, actor=actor, team_ids=[team.pk], target=username, role=role)
+        return membership, "added"
+    if membership.role == role:
+        return membership, "unchanged"
+    was, membership.role = membership.role, role
+    membership.save(update_fields=["role"])
+    audit_record(action=AuditEvent.Action.MEMBER_CHANGED, actor=actor, team_ids=[team.pk], target=username, role=role, was=was)
+    return membership, "changed"
+
+
+@transaction.atomic
+def team_member_remove(*, team: Team, user, actor: Actor | None = None) -> bool:
+    """Remove ``user`` from ``team``; False when they were not a member."""
+    membership = TeamMembership.objects.select_for_update().filter(team=team, user=user).first()
+    if membership is None:
+        return False
+    membership.delete()
+    audit_record(
+        action=AuditEvent.Action.MEMBER_REMOVED, actor=actor, team_ids=[team.pk], target=user.get_username(),
+        role=membership.role,
+    )
+    return True
 
 
 # The default team holds the agents from before teams, which had no team limits: it starts with none

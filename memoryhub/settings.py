@@ -383,10 +383,15 @@ MEMORYHUB_EMBEDDING_BATCH_TOKENS = env_int("MEMORYHUB_EMBEDDING_BATCH_TOKENS", 1
 # The model's input window in cl100k tokens (8191 for OpenAI's models, 220 for local all-MiniLM-L6-v2):
 # chunks are never larger (MEMORYHUB_CHUNK_TOKENS is capped to it, so every line a vector is credited
 # with was read by the model), and longer inputs are cut to it before they are sent. Default: the
-# smaller of the provider's window and the model's, when the model is known by name (_KNOWN_MODEL).
+# model's window when it is known by name (_KNOWN_MODEL), within what the provider's API takes (the
+# local provider has no limit of its own: its 220 is all-MiniLM-L6-v2's); else the provider's.
 MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int(
     "MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS",
-    min(_DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER], _KNOWN_MODEL.window if _KNOWN_MODEL else 10**9),
+    (
+        min(_KNOWN_MODEL.window, 10**9 if MEMORYHUB_EMBEDDING_PROVIDER == "local" else _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER])
+        if _KNOWN_MODEL
+        else _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER]
+    ),
     minimum=32,
 )
 # Retries of one request on 429, 5xx, timeouts and connection errors, before the error is raised.

@@ -21,6 +21,8 @@ class SearchEvent(models.Model):
         indexes = [
             # The roll-up's and the slowest-searches page's time range, and the pruning of old rows.
             models.Index(fields=["created_at"], name="searchevent_created_idx"),
+            # One agent's rows: deleting an agent (two days of its searches) and its slowest searches.
+            models.Index(fields=["agent", "created_at"], name="searchevent_agent_idx"),
         ]
 
 

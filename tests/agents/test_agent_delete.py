@@ -203,3 +203,35 @@ def test_a_large_selection_counts_the_first_agents_and_names_the_others(team_cas
     form = {"action": "delete_selected", "_selected_action": [a.pk for a in agents]}
     html = login("red-admin").post("/admin/agents/agent/", form).content.decode()
     assert "Agents: 2" in html and "and 1 more agent(s), not counted here" in html and html.count("files: 0") == 1
+
+
+def test_an_agents_search_rows_are_deleted_through_an_index_naming_it(alice, bob):
+    """Django cascades an agent's deletion to its search rows with ``DELETE … WHERE agent_id IN (…)``;
+    searchevent_agent_idx serves it, instead of a read of every agent's last two days of searches."""
+    from agents.services import agent_delete
+    from memoryhub.usage.models import SearchEvent
+
+    for member in (alice, bob):
+        SearchEvent.objects.bulk_create(
+            SearchEvent(agent=member.agent, mode="hybrid", results=3, took_ms=5.0) for _ in range(5)
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a table this small would be read whole anyway
+        cursor.execute(f"EXPLAIN DELETE FROM {SearchEvent._meta.db_table} WHERE agent_id IN (%s)", [alice.agent.pk])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "searchevent_agent_idx" in plan, plan
+    agent_delete(agent=alice.agent, actor=None)
+    assert list(SearchEvent.objects.values_list("agent_id", flat=True).distinct()) == [bob.agent.pk]
+
+
+def test_every_table_that_references_an_agent_has_an_index_leading_with_that_column():
+    """Deleting an agent deletes (or checks) the rows of every table that references it; each must be
+    found through an index, or one agent's deletion reads every agent's rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT con.conrelid::regclass::text, a.attname FROM pg_constraint con
+               JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1]
+               WHERE con.contype = 'f' AND con.confrelid = 'agents_agent'::regclass
+                 AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = con.conrelid AND i.indkey[0] = con.conkey[1])"""
+        )
+        assert cursor.fetchall() == []

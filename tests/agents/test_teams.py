@@ -80,3 +80,44 @@ def test_the_migration_puts_existing_agents_in_the_default_team():
     # Agents from before teams had no team limits: their team starts without any.
     assert (veteran.team.file_limit, veteran.team.byte_limit, veteran.team.agent_limit, veteran.team.request_rate) == (None,) * 4
     assert Team.objects.filter(slug=DEFAULT_TEAM_SLUG).count() == 1
+
+
+def test_team_member_command_adds_changes_lists_and_removes_members_with_an_audit_trail(db):
+    from io import StringIO
+
+    from django.contrib.auth.models import User
+    from django.core.management import CommandError, call_command
+
+    from agents.models import AuditEvent, TeamMembership
+    from agents.services import team_create
+
+    team = team_create(slug="research")
+    User.objects.create_user("ana", password="pw", is_staff=True)
+    User.objects.create_user("ben", password="pw")
+
+    def run(*args) -> str:
+        out = StringIO()
+        call_command("team_member", *args, stdout=out)
+        return out.getvalue()
+
+    assert "added" in run("research", "ana", "--role", "admin")
+    assert "unchanged" in run("research", "ana", "--role", "admin")
+    assert "changed" in run("research", "ana", "--role", "viewer")
+    with pytest.raises(CommandError, match="not staff"):
+        run("research", "ben")
+    assert "added" in run("research", "ben", "--make-staff")
+    assert User.objects.get(username="ben").is_staff
+    assert run("research").splitlines() == ["ana\tviewer", "ben\tviewer"]
+    assert "Removed" in run("research", "ben", "--remove")
+    with pytest.raises(CommandError, match="not a member"):
+        run("research", "ben", "--remove")
+    with pytest.raises(CommandError, match="No team"):
+        run("nope", "ana")
+    with pytest.raises(CommandError, match="No user"):
+        run("research", "nobody")
+    assert list(TeamMembership.objects.values_list("user__username", "role")) == [("ana", "viewer")]
+    actions = list(AuditEvent.objects.filter(team_ids__contains=[team.pk]).order_by("id").values_list("action", "target"))
+    assert actions == [
+        ("team_created", "research"), ("member_added", "ana"), ("member_changed", "ana"),
+        ("member_added", "ben"), ("member_removed", "ben"),
+    ]

@@ -78,6 +78,14 @@ def test_the_settings_win_over_the_table_and_unknown_models_keep_the_providers_d
     assert (seen["model"], seen["dimensions"], seen["window"]) == ("text-embedding-3-small", 1536, 8191)
 
 
+def test_the_local_provider_reads_a_known_models_own_window():
+    # 220 is all-MiniLM-L6-v2's window, not a limit of running a model in the process.
+    seen = _settings_seen(MEMORYHUB_EMBEDDING_PROVIDER="local", MEMORYHUB_EMBEDDING_MODEL="BAAI/bge-small-en-v1.5")
+    assert (seen["dimensions"], seen["window"]) == (384, 442)
+    seen = _settings_seen(MEMORYHUB_EMBEDDING_PROVIDER="local")
+    assert (seen["model"], seen["dimensions"], seen["window"]) == ("all-MiniLM-L6-v2", 384, 220)
+
+
 def test_a_provider_that_cuts_shorter_than_the_model_keeps_its_own_window():
     # Ollama loads nomic-embed-text with a 2,048-token context although the model reads 8,192.
     seen = _settings_seen(MEMORYHUB_EMBEDDING_PROVIDER="ollama", MEMORYHUB_EMBEDDING_MODEL="nomic-embed-text:latest")
