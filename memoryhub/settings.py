@@ -385,15 +385,10 @@ MEMORYHUB_EMBEDDING_BATCH_TOKENS = env_int("MEMORYHUB_EMBEDDING_BATCH_TOKENS", 1
 # with was read by the model), and longer inputs are cut to it before they are sent. Default: the
 # model's window when it is known by name (_KNOWN_MODEL), within what the provider's API takes (the
 # local provider has no limit of its own: its 220 is all-MiniLM-L6-v2's); else the provider's.
-MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int(
-    "MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS",
-    (
-        min(_KNOWN_MODEL.window, 10**9 if MEMORYHUB_EMBEDDING_PROVIDER == "local" else _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER])
-        if _KNOWN_MODEL
-        else _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER]
-    ),
-    minimum=32,
-)
+_window = _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER]
+if _KNOWN_MODEL:
+    _window = _KNOWN_MODEL.window if MEMORYHUB_EMBEDDING_PROVIDER == "local" else min(_KNOWN_MODEL.window, _window)
+MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int("MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS", _window, minimum=32)
 # Retries of one request on 429, 5xx, timeouts and connection errors, before the error is raised.
 MEMORYHUB_EMBEDDING_MAX_RETRIES = env_int("MEMORYHUB_EMBEDDING_MAX_RETRIES", 5, minimum=0, maximum=20)
 # Backoff before retry n is base * 2**n seconds (with jitter, capped at the max delay and honouring Retry-After).
