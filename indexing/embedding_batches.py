@@ -451,7 +451,8 @@ def _job_resume(*, batch: EmbeddingBatch, reason: str) -> int | None:
         return None
     with transaction.atomic():
         if IndexJob.objects.filter(pk=batch.job_id, state=JobState.WAITING).update(**job_to_queued(error=reason)):
-            job_enqueue_on_commit(IndexJob(id=batch.job_id))
+            trigger = IndexJob.objects.values_list("trigger", flat=True).get(pk=batch.job_id)
+            job_enqueue_on_commit(job_id=batch.job_id, trigger=trigger)
             return batch.job_id
     return None
 

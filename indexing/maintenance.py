@@ -35,7 +35,7 @@ def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bo
         file_ids = files_lock(file_ids)  # an unordered multi-row UPDATE could deadlock with a worker
         job = IndexJob.objects.create(agent=agent, trigger=trigger, files_seen=len(file_ids))
         MemoryFile.objects.filter(agent=agent, id__in=file_ids).update(**to_pending(job=job, reindex=force))
-        job_enqueue_on_commit(job)
+        job_enqueue_on_commit(job_id=job.id, trigger=job.trigger)
     return job
 
 
@@ -69,7 +69,7 @@ def index_job_retry(*, job: IndexJob) -> bool:
     with transaction.atomic():
         claimed = IndexJob.objects.filter(pk=job.pk, state=JobState.FAILED).update(**job_to_queued(restart=True))
         if claimed:
-            job_enqueue_on_commit(job)
+            job_enqueue_on_commit(job_id=job.id, trigger=job.trigger)
     return bool(claimed)
 
 
@@ -82,7 +82,7 @@ def files_requeue_under_new_job(*, agent_id: int, file_ids: list[int], now: date
         # Failed files keep their state (they are keyword-searchable); the job's claim accepts them.
         MemoryFile.objects.filter(id__in=file_ids, state__in=IN_FLIGHT).update(**to_pending(job=job, now=now))
         MemoryFile.objects.filter(id__in=file_ids, state=State.FAILED).update(job=job, updated_at=now)
-        job_enqueue_on_commit(job)
+        job_enqueue_on_commit(job_id=job.id, trigger=job.trigger)
     return job
 
 
@@ -113,8 +113,8 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
 
     stuck = IndexJob.objects.filter(
         Q(state=JobState.QUEUED, created_at__lt=stuck_cutoff) | Q(state=JobState.RUNNING, started_at__lt=stuck_cutoff)
-    ).values_list("id", "state", "attempts")
-    for job_id, state, attempts in stuck:
+    ).values_list("id", "state", "attempts", "trigger")
+    for job_id, state, attempts, trigger in stuck:
         if attempts > settings.MEMORYHUB_INDEX_MAX_RETRIES:
             index_job_fail(job_id=job_id, reason=f"gave up after {attempts} attempts (stuck)")
             continue
@@ -126,7 +126,7 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             if IndexJob.objects.filter(pk=job_id, state=state).update(**job_to_queued()):
                 outcome.stuck_jobs += 1
                 outcome.jobs.append(job_id)
-                job_enqueue_on_commit(IndexJob(id=job_id))
+                job_enqueue_on_commit(job_id=job_id, trigger=trigger)
 
     active_jobs = IndexJob.objects.filter(state__in=OWNING_JOBS).values("id")
     orphans = (

@@ -47,18 +47,31 @@ PROBE_TEXT = "memoryhub provider probe"
 # --- Dispatch and the outbox ---------------------------------------------------------------------
 
 
-def _publish(job_id: int) -> None:
+# Jobs no one waits on: an operator's re-index (every agent's, after a model change) and the periodic
+# sweeps' work. They go to the background queue, which workers read in turn with the main one, so they
+# never stand in front of a tenant's upload (settings.CELERY_TASK_QUEUES).
+BACKGROUND_TRIGGERS = frozenset({IndexJob.Trigger.REINDEX, IndexJob.Trigger.SCHEDULE})
+
+
+def job_queue(trigger: str) -> str:
+    """The queue a job of this trigger is published to: the main queue, or ``<main>.background``."""
+    from memoryhub.observability import background_queue_name, index_queue_name
+
+    return background_queue_name() if trigger in BACKGROUND_TRIGGERS else index_queue_name()
+
+
+def _publish(job_id: int, queue: str) -> None:
     from indexing.tasks import index_job_task
 
     # retry=False: one attempt (a 2 s connect timeout, CELERY_BROKER_TRANSPORT_OPTIONS), so a web
     # request never hangs on a broker that is down; the outbox covers the miss.
-    index_job_task.apply_async(args=[job_id], retry=False)
+    index_job_task.apply_async(args=[job_id], queue=queue, retry=False)
 
 
-def job_dispatch(*, job_id: int) -> bool:
+def job_dispatch(*, job_id: int, trigger: str) -> bool:
     """Publish a committed job's task; on a broker failure flag it for the outbox. True if published."""
     try:
-        _publish(job_id)
+        _publish(job_id, job_queue(trigger))
         return True
     except Exception as exc:  # kombu's and redis-py's connection errors have no common base worth naming
         logger.warning("could not publish index job %s (%s: %s); the outbox will send it", job_id, exc.__class__.__name__, exc)
@@ -69,21 +82,20 @@ def job_dispatch(*, job_id: int) -> bool:
     return False
 
 
-def job_enqueue_on_commit(job: IndexJob) -> None:
+def job_enqueue_on_commit(*, job_id: int, trigger: str) -> None:
     """What every write path calls: dispatch the job once the transaction that created it commits."""
-    job_id = job.id
-    transaction.on_commit(lambda: job_dispatch(job_id=job_id))
+    transaction.on_commit(lambda: job_dispatch(job_id=job_id, trigger=trigger))
 
 
 def outbox_drain(*, limit: int = OUTBOX_BATCH) -> int:
     """Publish jobs whose task never reached the broker; stop at the first failure (still down).
     Returns how many were published."""
     published = 0
-    rows = IndexJob.objects.filter(awaiting_dispatch=True).order_by("created_at").values_list("id", "state")[:limit]
-    for job_id, state in rows:
+    rows = IndexJob.objects.filter(awaiting_dispatch=True).order_by("created_at").values_list("id", "state", "trigger")[:limit]
+    for job_id, state, trigger in rows:
         if state == JobState.QUEUED:
             try:
-                _publish(job_id)
+                _publish(job_id, job_queue(trigger))
             except Exception as exc:
                 logger.info("outbox: the broker still does not answer (%s)", exc.__class__.__name__)
                 break
@@ -140,15 +152,15 @@ def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_LEASE_SECONDS)
     abandoned = list(
-        MemoryFile.objects.filter(state=State.INDEXING, updated_at__lt=cutoff).values_list("id", "agent_id", "job_id")
+        MemoryFile.objects.filter(state=State.INDEXING, updated_at__lt=cutoff).values_list("id", "agent_id", "job_id", "job__trigger")
     )
     if not abandoned:
         return []
     jobs: list[int] = []
-    by_job: dict[int | None, list[tuple[int, int]]] = {}
-    for file_id, agent_id, job_id in abandoned:
-        by_job.setdefault(job_id, []).append((file_id, agent_id))
-    for job_id, rows in by_job.items():
+    by_job: dict[tuple[int | None, str | None], list[tuple[int, int]]] = {}
+    for file_id, agent_id, job_id, trigger in abandoned:
+        by_job.setdefault((job_id, trigger), []).append((file_id, agent_id))
+    for (job_id, trigger), rows in by_job.items():
         file_ids = [file_id for file_id, _ in rows]
         with transaction.atomic():
             files_lock(file_ids)
@@ -161,7 +173,7 @@ def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
                 **job_to_queued(error="re-queued: the worker indexing it stopped answering")
             )
             if requeued:
-                job_enqueue_on_commit(IndexJob(id=job_id))
+                job_enqueue_on_commit(job_id=job_id, trigger=trigger)
                 jobs.append(job_id)
             else:
                 for agent_id in {agent for _, agent in rows}:

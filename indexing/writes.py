@@ -158,7 +158,7 @@ def _expected_hash_check(*, path: str, memory_file: MemoryFile | None, expected_
 
 def _enqueue(job: IndexJob) -> None:
     # On commit, with the outbox behind it: a broker that is down never fails the write (indexing/recovery.py).
-    job_enqueue_on_commit(job)
+    job_enqueue_on_commit(job_id=job.id, trigger=job.trigger)
 
 
 @lock_conflict_retry

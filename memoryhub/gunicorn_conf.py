@@ -25,7 +25,8 @@ keepalive = 5
 # times per request). On a disk-backed /tmp that is a filesystem metadata write each time; in memory it
 # is not (gunicorn's own advice for containers).
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
-# Recycle workers now and then, so slow growth in one process never becomes an outage.
+# Recycle workers now and then, so slow growth in one process never becomes an outage. Refused requests
+# (429) do not count (post_request below).
 max_requests = 5000
 max_requests_jitter = 500
 # In JSON mode each request is logged once by memoryhub.observability (route, not the raw path, which
@@ -66,6 +67,15 @@ def post_worker_init(worker):
     from indexing.embeddings import provider_warm_up_child
 
     provider_warm_up_child()
+
+
+def post_request(worker, req, environ, resp):
+    """A request refused with 429 is not counted towards max_requests. It did almost no work (the cheap
+    refusal is the first middleware), and a flood that ignores its waits sends hundreds a second: counted,
+    they recycled every worker each few seconds, and each restart is paid by every tenant's requests on it.
+    gunicorn counted the request before the app ran; this hook runs after the response."""
+    if resp is not None and resp.status_code == 429:
+        worker.nr -= 1
 
 
 def child_exit(server, worker):

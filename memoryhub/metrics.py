@@ -109,12 +109,20 @@ class ScrapeCollector:
                 files.add_metric([state.value], cursor.fetchone()[0])
         yield files
 
-        depth = GaugeMetricFamily("memoryhub_index_queue_depth", "Messages waiting in the indexing queue.")
-        try:
-            depth.add_metric([], observability.queue_depth(queue=observability.index_queue_name()))
-        except Exception:
-            depth.add_metric([], float("nan"))  # the broker is unreachable; /readyz says so too
-        yield depth
+        for name, help_text, queue in (
+            ("memoryhub_index_queue_depth", "Messages waiting in the indexing queue.", observability.index_queue_name()),
+            (
+                "memoryhub_index_background_queue_depth",
+                "Messages waiting in the background queue (re-indexing, the sweeps' jobs).",
+                observability.background_queue_name(),
+            ),
+        ):
+            depth = GaugeMetricFamily(name, help_text)
+            try:
+                depth.add_metric([], observability.queue_depth(queue=queue))
+            except Exception:
+                depth.add_metric([], float("nan"))  # the broker is unreachable; /readyz says so too
+            yield depth
 
 
 class _ThisProcess:

@@ -44,6 +44,11 @@ def index_queue_name() -> str:
     return getattr(index_job_task, "queue", None) or app.conf.task_default_queue
 
 
+def background_queue_name() -> str:
+    """Re-indexing and the sweeps' jobs (settings.CELERY_TASK_QUEUES, indexing/recovery.py job_queue)."""
+    return f"{index_queue_name()}.background"
+
+
 @contextlib.contextmanager
 def _broker(*, timeout: float):
     """A broker connection made with one quick attempt: a probe or a scrape must answer fast when the
@@ -55,12 +60,13 @@ def _broker(*, timeout: float):
         yield app, connection
 
 
-def workers_consuming(*, queue: str, timeout: float) -> int:
-    """How many workers answer within `timeout` seconds and consume `queue` (workers of other queues on
-    the same broker do not make this deployment ready)."""
+def workers_consuming(*, queues: list[str], timeout: float) -> dict[str, int]:
+    """How many workers answer within `timeout` seconds and consume each of `queues` (workers of other
+    queues on the same broker do not make this deployment ready)."""
     with _broker(timeout=timeout) as (app, connection):
         replies = app.control.inspect(timeout=timeout, connection=connection).active_queues() or {}
-    return sum(1 for queues in replies.values() if any(q.get("name") == queue for q in queues or []))
+    consumed = [{q.get("name") for q in worker_queues or []} for worker_queues in replies.values()]
+    return {queue: sum(1 for names in consumed if queue in names) for queue in queues}
 
 
 def queue_depth(*, queue: str, timeout: float = 1.0) -> int:

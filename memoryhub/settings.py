@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 from memoryhub.embedding_models import known_model
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
@@ -219,6 +220,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 MEMORYHUB_WORKER_NICE = env_int("MEMORYHUB_WORKER_NICE", 10, minimum=0, maximum=19)
 # The queue every task is sent to and every worker reads: give each deployment that shares a Redis its own.
 CELERY_TASK_DEFAULT_QUEUE = env_str("MEMORYHUB_TASK_QUEUE") or "celery"
+# Re-indexing and the periodic sweeps' work (re-embedding after a model change, failed files tried again)
+# go to a second queue, "<queue>.background" (indexing/recovery.py job_queue). A worker started without
+# --queues reads both, in turn (kombu's round-robin), so an upload waits behind at most one background
+# job per worker process, not behind every agent's re-index.
+CELERY_TASK_QUEUES = [Queue(name, routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.background")]
 # With acks_late, a message a worker took but never acknowledged (the worker was killed) goes back to
 # the queue once this many seconds have passed: longer than any task may run (MEMORYHUB_TASK_TIME_LIMIT),
 # or a slow task would be handed to a second worker while it still runs. The lease below usually

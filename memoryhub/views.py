@@ -40,7 +40,8 @@ def healthz(request):
 
 
 def readyz(request):
-    """Readiness: the database answers, a worker consumes the index queue, and how deep that queue is.
+    """Readiness: the database answers, workers consume both index queues (uploads, and re-indexing in
+    the background queue), and how deep each queue is.
 
     Slower than /healthz (it waits MEMORYHUB_READYZ_TIMEOUT for workers to answer a broadcast), so
     probe it less often; a deployment without a live worker is not ready: uploads would never be indexed.
@@ -49,18 +50,19 @@ def readyz(request):
 
     database = "ok" if _database_ok() else "unreachable"
     if settings.CELERY_TASK_ALWAYS_EAGER:
-        body = {"database": database, "worker": "in-process", "workers": 0, "queue_depth": 0}
+        body = {"database": database, "worker": "in-process", "workers": 0, "queue_depth": 0, "background_queue_depth": 0}
         ready = database == "ok"
     else:
-        queue = observability.index_queue_name()
+        queue, background = observability.index_queue_name(), observability.background_queue_name()
         try:
-            workers = observability.workers_consuming(queue=queue, timeout=settings.MEMORYHUB_READYZ_TIMEOUT)
-            depth = observability.queue_depth(queue=queue)
-            worker = "ok" if workers else "none"
+            consuming = observability.workers_consuming(queues=[queue, background], timeout=settings.MEMORYHUB_READYZ_TIMEOUT)
+            workers, depth = consuming[queue], observability.queue_depth(queue=queue)
+            background_depth = observability.queue_depth(queue=background)
+            worker = "none" if not workers else "ok" if consuming[background] else "no background worker"
         except Exception:
-            workers, depth, worker = 0, None, "broker unreachable"
-        body = {"database": database, "worker": worker, "workers": workers, "queue_depth": depth}
-        ready = database == "ok" and workers > 0
+            workers, depth, background_depth, worker = 0, None, None, "broker unreachable"
+        body = {"database": database, "worker": worker, "workers": workers, "queue_depth": depth, "background_queue_depth": background_depth}
+        ready = database == "ok" and worker == "ok"
     return JsonResponse({"status": "ok" if ready else "unavailable", **body}, status=200 if ready else 503)
 
 

@@ -17,7 +17,7 @@ from indexing.writes import COALESCE_MAX_FILES, file_ingest
 @pytest.fixture
 def published(monkeypatch):
     sent = []
-    monkeypatch.setattr(recovery, "_publish", sent.append)
+    monkeypatch.setattr(recovery, "_publish", lambda job_id, queue: sent.append(job_id))
     return sent
 
 

@@ -63,12 +63,13 @@ def worker(tmp_path, settings):
         "MEMORYHUB_EMBEDDING_MODEL": "fake-hash",
         "MEMORYHUB_EMBEDDING_DIMENSIONS": "64",
         "MEMORYHUB_TASKS_EAGER": "0",
+        "MEMORYHUB_TASK_QUEUE": queue,  # the worker reads it and its background queue (settings.CELERY_TASK_QUEUES)
     }
     log = tmp_path / "worker.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--queues", queue, "--pool", "solo",
+                sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--pool", "solo",
                 "--hostname", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "--loglevel", "INFO",
             ],
@@ -93,7 +94,7 @@ def worker(tmp_path, settings):
             process.wait()
         import redis
 
-        redis.Redis.from_url(settings.REDIS_URL).delete(queue)
+        redis.Redis.from_url(settings.REDIS_URL).delete(queue, f"{queue}.background")
 
 
 @pytest.mark.worker

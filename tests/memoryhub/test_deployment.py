@@ -72,6 +72,16 @@ def test_worker_and_beat_reuse_the_web_image():
     assert "celery -A memoryhub beat" in services["beat"]["command"]
 
 
+def test_the_compose_worker_and_make_run_read_both_indexing_queues():
+    """Without --queues a worker reads settings.CELERY_TASK_QUEUES: the main queue and the background one
+    (re-indexing). A --queues naming only one would leave the other's jobs to wait for ever."""
+    from memoryhub import run
+
+    assert "--queues" not in compose()["services"]["worker"]["command"] and " -Q" not in compose()["services"]["worker"]["command"]
+    source = Path(run.__file__).read_text()
+    assert '"worker"' in source and "--queues" not in source and '"-Q"' not in source
+
+
 def test_web_migrates_then_serves_with_gunicorn():
     web = compose()["services"]["web"]
     command = web.get("command") or re.search(r"^CMD (.+)$", (BASE_DIR / "Dockerfile").read_text(), re.M).group(1)

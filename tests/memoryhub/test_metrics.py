@@ -113,6 +113,7 @@ def test_metrics_report_files_by_state_and_the_throttled_counter(alice, scrape, 
     assert _value(samples, "memoryhub_files", state="failed") == 1
     assert _value(samples, "memoryhub_throttled_requests_total", scope="search") >= 1
     assert ("memoryhub_index_queue_depth", ()) in samples
+    assert ("memoryhub_index_background_queue_depth", ()) in samples
 
 
 def test_refused_requests_are_counted_by_limit_scope(alice, scrape, settings, own_rate_limits):

@@ -14,15 +14,17 @@ from tests.indexing.test_worker import redis_or_skip, worker  # noqa: F401  (the
 
 @pytest.fixture
 def lonely_queue(monkeypatch, settings):
-    """The index queue is one no worker consumes, with two messages waiting in it."""
+    """The index queue is one no worker consumes, with two messages waiting in it and one in its
+    background queue."""
     redis_or_skip()
     settings.CELERY_TASK_ALWAYS_EAGER = False
     queue = f"memoryhub-test-{uuid.uuid4().hex[:12]}"
     monkeypatch.setattr(index_job_task._get_current_object(), "queue", queue, raising=False)
     client = redis.Redis.from_url(django_settings.REDIS_URL)
     client.rpush(queue, b"{}", b"{}")
+    client.rpush(f"{queue}.background", b"{}")
     yield queue
-    client.delete(queue)
+    client.delete(queue, f"{queue}.background")
 
 
 @pytest.mark.django_db
@@ -32,6 +34,21 @@ def test_readyz_is_unavailable_without_a_worker_and_reports_the_queue_depth(anon
     assert response.status_code == 503
     assert response.json() == {
         "status": "unavailable", "database": "ok", "worker": "none", "workers": 0, "queue_depth": 2,
+        "background_queue_depth": 1,
+    }
+
+
+@pytest.mark.django_db
+def test_readyz_is_unavailable_when_no_worker_reads_the_background_queue(anonymous_client, lonely_queue, settings, monkeypatch):
+    from memoryhub import observability
+
+    # Workers started with --queues naming the main queue only: re-indexing would never run.
+    monkeypatch.setattr(observability, "workers_consuming", lambda *, queues, timeout: {queues[0]: 2, queues[1]: 0})
+    response = anonymous_client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "unavailable", "database": "ok", "worker": "no background worker", "workers": 2, "queue_depth": 2,
+        "background_queue_depth": 1,
     }
 
 
@@ -72,7 +89,9 @@ def test_readyz_is_ready_when_a_worker_consumes_the_index_queue(anonymous_client
         if response.status_code == 200:
             break
     assert response.status_code == 200, f"{response.json()}; worker log:\n{log.read_text()[-2000:]}"
-    assert response.json() == {"status": "ok", "database": "ok", "worker": "ok", "workers": 1, "queue_depth": 0}
+    assert response.json() == {
+        "status": "ok", "database": "ok", "worker": "ok", "workers": 1, "queue_depth": 0, "background_queue_depth": 0,
+    }
 
 
 def test_healthz_stays_cheap_and_does_not_ask_the_workers(anonymous_client, settings, monkeypatch, db):

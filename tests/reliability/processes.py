@@ -85,12 +85,13 @@ def service_env(*, queue: str, redis_url: str | None = None, **extra) -> dict:
 
 
 def start_worker(tmp_path: Path, env: dict, *, name: str = "worker") -> Process:
-    """A solo-pool worker with the beat scheduler on the env's queue."""
+    """A solo-pool worker with the beat scheduler. It reads the queues the settings define for the env's
+    MEMORYHUB_TASK_QUEUE (that queue and its background queue), as `make run` and the compose file's worker do."""
     queue = env["MEMORYHUB_TASK_QUEUE"]
     return Process(
         [
             sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--schedule", str(tmp_path / f"{name}-beat"),
-            "--queues", queue, "--pool", "solo", "--hostname", f"{name}-{queue}@%h",
+            "--pool", "solo", "--hostname", f"{name}-{queue}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO",
         ],
         env,

@@ -19,7 +19,8 @@ from tests.reliability.processes import BASE_DIR, Process, free_port, service_en
 APPLICATION_NAME = "memoryhub-load-test"
 
 
-def start_gunicorn(tmp_path, **extra):
+def start_gunicorn(tmp_path, *args, **extra):
+    """gunicorn as `make run` starts it; `args` are more command-line options (they override the config)."""
     port = free_port()
     # One token floods here on purpose: the per-token cap on requests in progress (its own test:
     # test_concurrency_cap.py) would answer 429 before the pool is ever reached.
@@ -28,7 +29,7 @@ def start_gunicorn(tmp_path, **extra):
     # Its connections are told apart from every other client of the test database by their name.
     env["DATABASE_URL"] += f"&application_name={APPLICATION_NAME}" if "?" in env["DATABASE_URL"] else f"?application_name={APPLICATION_NAME}"
     process = Process(
-        [sys.executable, "-m", "gunicorn", "-c", "python:memoryhub.gunicorn_conf", "--bind", f"127.0.0.1:{port}", "memoryhub.wsgi:application"],
+        [sys.executable, "-m", "gunicorn", "-c", "python:memoryhub.gunicorn_conf", "--bind", f"127.0.0.1:{port}", *args, "memoryhub.wsgi:application"],
         env, tmp_path / "gunicorn.log",
     )
     url = f"http://127.0.0.1:{port}"

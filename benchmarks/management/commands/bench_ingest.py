@@ -70,10 +70,11 @@ def celery_worker(*, run: str, model: str, concurrency: int):
     env = {
         **os.environ, "DATABASE_URL": database_url(), "MEMORYHUB_EMBEDDING_PROVIDER": "fake",
         "MEMORYHUB_EMBEDDING_MODEL": model, "MEMORYHUB_EMBEDDING_DIMENSIONS": "64", "MEMORYHUB_TASKS_EAGER": "0",
+        "MEMORYHUB_TASK_QUEUE": queue,  # the worker reads it and its background queue
     }
     log = tempfile.NamedTemporaryFile("w+", prefix="bench-worker-", suffix=".log", delete=False)
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--queues", queue, "--concurrency", str(concurrency),
+        [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--concurrency", str(concurrency),
          "--hostname", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING"],
         cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
