@@ -3,6 +3,7 @@
 Isolation tests use all three: whatever alice can see, bob and mallory must not, and the reverse.
 """
 
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -161,6 +162,43 @@ def django_db_setup(django_db_setup):
     yield
     helpers_close()
     search_records_close()
+
+
+# The servers and workers tests start inherit this process's environment, so no test (and no module
+# imported while collecting) may leave a MEMORYHUB_ setting in it: importing memoryhub/gunicorn_conf.py
+# once set the database pool size there, and later tests' servers ran with a pool they did not expect.
+_ENVIRONMENT_AT_START: dict[str, str] = {}
+
+
+def _memoryhub_environment() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key.startswith("MEMORYHUB_")}
+
+
+def _environment_changes(before: dict[str, str]) -> list[str]:
+    after = _memoryhub_environment()
+    return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+
+
+def pytest_configure(config):
+    _ENVIRONMENT_AT_START.update(_memoryhub_environment())
+
+
+def pytest_collection_finish(session):
+    changed = _environment_changes(_ENVIRONMENT_AT_START)
+    if changed:
+        raise pytest.UsageError(f"importing the test modules changed os.environ: {', '.join(changed)}")
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept():
+    before = _memoryhub_environment()
+    yield
+    changed = _environment_changes(before)
+    if changed:
+        for key in changed:
+            os.environ.pop(key, None)
+        os.environ.update({key: before[key] for key in changed if key in before})
+        pytest.fail(f"the test changed os.environ (restored): {', '.join(changed)}")
 
 
 def pytest_sessionfinish(session, exitstatus):
