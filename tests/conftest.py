@@ -168,6 +168,7 @@ def django_db_setup(django_db_setup):
 # imported while collecting) may leave a MEMORYHUB_ setting in it: importing memoryhub/gunicorn_conf.py
 # once set the database pool size there, and later tests' servers ran with a pool they did not expect.
 _ENVIRONMENT_AT_START: dict[str, str] = {}
+_ENVIRONMENT_BEFORE = pytest.StashKey[dict]()
 
 
 def _memoryhub_environment() -> dict[str, str]:
@@ -189,16 +190,22 @@ def pytest_collection_finish(session):
         raise pytest.UsageError(f"importing the test modules changed os.environ: {', '.join(changed)}")
 
 
-@pytest.fixture(autouse=True)
-def _environment_kept():
-    before = _memoryhub_environment()
-    yield
-    changed = _environment_changes(before)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    # After every fixture's teardown (monkeypatch's restores included): what is left changed is the test's.
+    before = item.stash.get(_ENVIRONMENT_BEFORE, None)
+    result = yield
+    changed = _environment_changes(before) if before is not None else []
     if changed:
         for key in changed:
             os.environ.pop(key, None)
         os.environ.update({key: before[key] for key in changed if key in before})
-        pytest.fail(f"the test changed os.environ (restored): {', '.join(changed)}")
+        raise AssertionError(f"the test left os.environ changed (restored): {', '.join(changed)}")
+    return result
+
+
+def pytest_runtest_setup(item):
+    item.stash[_ENVIRONMENT_BEFORE] = _memoryhub_environment()
 
 
 def pytest_sessionfinish(session, exitstatus):
