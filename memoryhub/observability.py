@@ -44,9 +44,13 @@ def index_queue_name() -> str:
     return getattr(index_job_task, "queue", None) or app.conf.task_default_queue
 
 
+# The background queue is the main one's name with this suffix (settings.CELERY_TASK_QUEUES).
+BACKGROUND_QUEUE_SUFFIX = ".background"
+
+
 def background_queue_name() -> str:
     """Re-indexing and the sweeps' jobs (settings.CELERY_TASK_QUEUES, indexing/recovery.py job_queue)."""
-    return f"{index_queue_name()}.background"
+    return f"{index_queue_name()}{BACKGROUND_QUEUE_SUFFIX}"
 
 
 @contextlib.contextmanager

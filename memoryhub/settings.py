@@ -13,6 +13,7 @@ from kombu import Queue
 
 from memoryhub.embedding_models import known_model
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from memoryhub.observability import BACKGROUND_QUEUE_SUFFIX
 from memoryhub.ratelimit import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -224,7 +225,9 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("MEMORYHUB_TASK_QUEUE") or "celery"
 # go to a second queue, "<queue>.background" (indexing/recovery.py job_queue). A worker started without
 # --queues reads both, in turn (kombu's round-robin), so an upload waits behind at most one background
 # job per worker process, not behind every agent's re-index.
-CELERY_TASK_QUEUES = [Queue(name, routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.background")]
+CELERY_TASK_QUEUES = [
+    Queue(name, routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}{BACKGROUND_QUEUE_SUFFIX}")
+]
 # With acks_late, a message a worker took but never acknowledged (the worker was killed) goes back to
 # the queue once this many seconds have passed: longer than any task may run (MEMORYHUB_TASK_TIME_LIMIT),
 # or a slow task would be handed to a second worker while it still runs. The lease below usually
