@@ -109,19 +109,20 @@ class ScrapeCollector:
                 files.add_metric([state.value], cursor.fetchone()[0])
         yield files
 
-        for name, help_text, queue in (
-            ("memoryhub_index_queue_depth", "Messages waiting in the indexing queue.", observability.index_queue_name()),
-            (
+        queues = {
+            observability.index_queue_name(): ("memoryhub_index_queue_depth", "Messages waiting in the indexing queue."),
+            observability.background_queue_name(): (
                 "memoryhub_index_background_queue_depth",
                 "Messages waiting in the background queue (re-indexing, the sweeps' jobs).",
-                observability.background_queue_name(),
             ),
-        ):
+        }
+        try:
+            depths = observability.queue_depths(queues=list(queues))
+        except Exception:
+            depths = {}  # the broker is unreachable (one attempt for both); /readyz says so too
+        for queue, (name, help_text) in queues.items():
             depth = GaugeMetricFamily(name, help_text)
-            try:
-                depth.add_metric([], observability.queue_depth(queue=queue))
-            except Exception:
-                depth.add_metric([], float("nan"))  # the broker is unreachable; /readyz says so too
+            depth.add_metric([], depths.get(queue, float("nan")))
             yield depth
 
 

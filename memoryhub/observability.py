@@ -73,13 +73,17 @@ def workers_consuming(*, queues: list[str], timeout: float) -> dict[str, int]:
     return {queue: sum(1 for names in consumed if queue in names) for queue in queues}
 
 
-def queue_depth(*, queue: str, timeout: float = 1.0) -> int:
-    """Messages waiting in `queue` (all priority levels); a passive declare, so it creates nothing."""
+def queue_depths(*, queues: list[str], timeout: float = 1.0) -> dict[str, int]:
+    """Messages waiting in each of `queues` (all priority levels), over one broker connection; a passive
+    declare, so it creates nothing."""
+    depths = {}
     with _broker(timeout=timeout) as (app, connection):
-        try:
-            return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
-        except Exception:
-            return 0  # the queue does not exist yet: nothing was ever queued on it
+        for queue in queues:
+            try:
+                depths[queue] = connection.default_channel.queue_declare(queue=queue, passive=True).message_count
+            except Exception:
+                depths[queue] = 0  # the queue does not exist yet: nothing was ever queued on it
+    return depths
 
 
 # --- Structured logs -----------------------------------------------------------------------------

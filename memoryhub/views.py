@@ -56,8 +56,8 @@ def readyz(request):
         queue, background = observability.index_queue_name(), observability.background_queue_name()
         try:
             consuming = observability.workers_consuming(queues=[queue, background], timeout=settings.MEMORYHUB_READYZ_TIMEOUT)
-            workers, depth = consuming[queue], observability.queue_depth(queue=queue)
-            background_depth = observability.queue_depth(queue=background)
+            depths = observability.queue_depths(queues=[queue, background])
+            workers, depth, background_depth = consuming[queue], depths[queue], depths[background]
             worker = "none" if not workers else "ok" if consuming[background] else "no background worker"
         except Exception:
             workers, depth, background_depth, worker = 0, None, None, "broker unreachable"

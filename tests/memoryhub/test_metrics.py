@@ -160,3 +160,21 @@ def test_metrics_add_up_the_processes_sharing_a_multiprocess_directory(tmp_path)
     }
     assert samples[("memoryhub_throttled_requests_total", (("scope", "write"),))] == 2
     assert ("memoryhub_files", (("state", "pending"),)) in samples
+
+
+def test_with_the_broker_unreachable_both_queue_depths_are_nan_after_one_attempt(scrape, monkeypatch):
+    import math
+
+    from memoryhub import observability
+
+    attempts = []
+
+    def unreachable(*, queues, timeout=1.0):
+        attempts.append(queues)
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(observability, "queue_depths", unreachable)
+    samples = scrape()
+    assert math.isnan(samples[("memoryhub_index_queue_depth", ())])
+    assert math.isnan(samples[("memoryhub_index_background_queue_depth", ())])
+    assert len(attempts) == 1 and len(attempts[0]) == 2  # one connection attempt for both queues
