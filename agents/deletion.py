@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -75,48 +76,47 @@ def _batch_size() -> int:
     return settings.MEMORYHUB_AGENT_DELETE_BATCH_ROWS
 
 
-def _chunks_delete(*, agent_id: int, outcome: PurgeOutcome, deadline: float) -> None:
-    """The agent's chunks in primary-key order, ``(agent_id, id)`` on each partition: every batch starts
+def _in_key_order(model, *, agent_id: int, deadline: float, delete: Callable[[list[int]], None]) -> None:
+    """The agent's rows of ``model`` in primary-key order, ``(agent_id, id)`` for chunks (on each partition)
+    and files, a batch at a time, each passed to ``delete`` in its own transaction: every batch starts
     where the previous stopped, instead of reading past the rows already deleted."""
-    from indexing.models import Chunk
-
     after = 0
     while True:
         _check(deadline)
         with transaction.atomic():
-            ids = list(
-                Chunk.objects.filter(agent_id=agent_id, pk__gt=after).order_by("pk").values_list("pk", flat=True)[: _batch_size()]
-            )
+            rows = model.objects.filter(agent_id=agent_id, pk__gt=after).order_by("pk")
+            ids = list(rows.values_list("pk", flat=True)[: _batch_size()])
             if not ids:
                 return
-            deleted, _ = Chunk.objects.filter(agent_id=agent_id, pk__in=ids).delete()
-        outcome.count(Chunk._meta.db_table, deleted)
+            delete(ids)
         after = ids[-1]
+
+
+def _chunks_delete(*, agent_id: int, outcome: PurgeOutcome, deadline: float) -> None:
+    from indexing.models import Chunk
+
+    def delete(ids: list[int]) -> None:
+        deleted, _ = Chunk.objects.filter(agent_id=agent_id, pk__in=ids).delete()
+        outcome.count(Chunk._meta.db_table, deleted)
+
+    _in_key_order(Chunk, agent_id=agent_id, deadline=deadline, delete=delete)
 
 
 def _files_delete(*, agent_id: int, outcome: PurgeOutcome, deadline: float) -> None:
-    """The agent's files, each batch locked in id order first (the lock order of indexing/locks.py): a
-    worker that wrote chunks of one of them after the chunk pass is waited for, and its chunks go in the
-    same transaction (the chunk table's key on (agent_id, file_id) refuses a file deleted without them)."""
+    """Each batch of files is locked in id order first (the lock order of indexing/locks.py): a worker that
+    wrote chunks of one of them after the chunk pass is waited for, and its chunks go in the same
+    transaction (the chunk table's key on (agent_id, file_id) refuses a file deleted without them)."""
     from indexing.locks import files_lock
     from indexing.models import Chunk, MemoryFile
 
-    after = 0
-    while True:
-        _check(deadline)
-        with transaction.atomic():
-            ids = list(
-                MemoryFile.objects.filter(agent_id=agent_id, pk__gt=after).order_by("pk").values_list("pk", flat=True)[: _batch_size()]
-            )
-            if not ids:
-                return
-            locked = files_lock(ids)
-            late, _ = Chunk.objects.filter(agent_id=agent_id, file_id__in=locked).delete()
-            deleted, _ = MemoryFile.objects.filter(agent_id=agent_id, pk__in=locked).delete()
-        if late:
-            outcome.deleted[Chunk._meta.db_table] = outcome.deleted.get(Chunk._meta.db_table, 0) + late
+    def delete(ids: list[int]) -> None:
+        locked = files_lock(ids)
+        late, _ = Chunk.objects.filter(agent_id=agent_id, file_id__in=locked).delete()
+        deleted, _ = MemoryFile.objects.filter(agent_id=agent_id, pk__in=locked).delete()
+        outcome.deleted[Chunk._meta.db_table] = outcome.deleted.get(Chunk._meta.db_table, 0) + late
         outcome.count(MemoryFile._meta.db_table, deleted)
-        after = ids[-1]
+
+    _in_key_order(MemoryFile, agent_id=agent_id, deadline=deadline, delete=delete)
 
 
 def _rows_delete(*, model, column: str, agent_id: int, outcome: PurgeOutcome, deadline: float) -> None:
