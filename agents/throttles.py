@@ -33,6 +33,7 @@ from agents.models import Agent, AgentToken
 from agents.services import token_digest
 from memoryhub import metrics
 from memoryhub.errors import ApiError, error_body, is_api_path
+from memoryhub.gunicorn_worker import HOLD_ENVIRON_KEY
 from memoryhub.ratelimit import Rate, ignored_waits, rate_limit_hit, rate_limit_hold
 
 _penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → monotonic time the wait ends
@@ -179,6 +180,9 @@ class RateLimitedTokensMiddleware:
         if wait > 0:
             _limited[digest] = now + LIMITED_SECONDS  # still sending before the told wait: still a flood
             _early[(digest, bucket)] = _early.get((digest, bucket), 0) + 1  # counted loosely: no lock on this path
+            if settings.MEMORYHUB_RATE_LIMIT_HOLD_SECONDS:
+                # gunicorn's worker reads this connection again only when the wait is over (gunicorn_worker.py).
+                request.META[HOLD_ENVIRON_KEY] = min(wait, settings.MEMORYHUB_RATE_LIMIT_HOLD_SECONDS)
             return _too_many(bucket, f"Too many {bucket} requests for this token. Retry in {wait:.1f} s.", wait)
         cap, why = settings.MEMORYHUB_TOKEN_MAX_CONCURRENT, ""
         if _limited and _limited.get(digest, 0.0) > now and settings.MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED:

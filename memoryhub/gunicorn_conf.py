@@ -13,10 +13,11 @@ request thread and kept it, until Postgres refused new clients for good).
 import os
 
 from memoryhub.env import env_int
+from memoryhub.gunicorn_worker import HOLD_ENVIRON_KEY, HOLD_REQUEST_ATTRIBUTE
 
 workers = int(os.environ.get("MEMORYHUB_WEB_WORKERS", "2"))
 threads = int(os.environ.get("MEMORYHUB_WEB_THREADS", "8"))
-worker_class = "gthread"
+worker_class = "memoryhub.gunicorn_worker.HoldingThreadWorker"  # gthread, holding flooding connections
 # A request may take this long before its worker is restarted (a search has its own 6 s deadline).
 timeout = 60
 graceful_timeout = 10
@@ -76,6 +77,9 @@ def post_request(worker, req, environ, resp):
     gunicorn counted the request before the app ran; this hook runs after the response."""
     if resp is not None and resp.status_code == 429:
         worker.nr -= 1
+        hold = environ.get(HOLD_ENVIRON_KEY)
+        if hold and req is not None:
+            setattr(req, HOLD_REQUEST_ATTRIBUTE, hold)  # read by HoldingThreadWorker once the 429 is sent
 
 
 def child_exit(server, worker):

@@ -606,6 +606,10 @@ MEMORYHUB_TOKEN_MAX_CONCURRENT_LIMITED = env_int("MEMORYHUB_TOKEN_MAX_CONCURRENT
 # refusal, up to this many seconds, and held that long by every web process (0 = never longer than the
 # limiter's own wait). A client that waits as told never meets it.
 MEMORYHUB_RATE_LIMIT_MAX_PENALTY = env_int("MEMORYHUB_RATE_LIMIT_MAX_PENALTY", 60, minimum=0, maximum=3600)
+# A connection whose client sent again before the wait it was told is not read again until that wait is
+# over, up to this many seconds (memoryhub/gunicorn_worker.py; 0 = off): its next request waits in the
+# socket buffer instead of costing the web process a refusal.
+MEMORYHUB_RATE_LIMIT_HOLD_SECONDS = env_float("MEMORYHUB_RATE_LIMIT_HOLD_SECONDS", 10.0, minimum=0, maximum=3600)
 # Admin login: after this many failed attempts for one username from one address, that pair is locked
 # out (even with the right password) until this many seconds pass without another attempt.
 MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES = env_int("MEMORYHUB_ADMIN_LOGIN_MAX_FAILURES", 10, minimum=1)
