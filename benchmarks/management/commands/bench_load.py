@@ -525,10 +525,10 @@ def reembedding_backlog_queue(*, agent_ids: list[int], paths: list[str]) -> list
     either nothing stale or the files already pending, never queues them a second time."""
     from django.db import transaction
 
+    from agents.models import Agent
     from indexing.embedding_identity import configured_identity
     from indexing.maintenance import agent_reembed
     from indexing.models import Chunk, EmbeddingCache
-    from agents.models import Agent
 
     identity = configured_identity()
     if not identity.has_vectors:
