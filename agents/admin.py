@@ -119,6 +119,18 @@ class AgentForm(forms.ModelForm):
     def clean_overrides(self):
         return overrides_validate(self.cleaned_data.get("overrides"))
 
+    def clean_slug(self):
+        """An agent being deleted keeps its slug until its rows are gone (minutes for a large one): the
+        audit trail, the admin's lists and its jobs name it by slug meanwhile, so no second agent may."""
+        slug = self.cleaned_data.get("slug")
+        taken = Agent.objects.being_deleted().filter(slug=slug).exclude(pk=self.instance.pk)
+        if slug and taken.exists():
+            raise ValidationError(
+                f"An agent {slug!r} is being deleted in the background; its slug is free once the deletion "
+                "has finished (the agent disappears from the list). Try again then, or choose another slug."
+            )
+        return slug
+
     def clean(self):
         cleaned = super().clean()
         if "team" in self.fields and not cleaned.get("team") and not self.instance.pk:
@@ -143,13 +155,26 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
     form = AgentForm
     team_field = "team"
     list_display = [
-        "slug", "name", "team", "is_active", "files", "chunks", "pending", "failed_files", "active_jobs", "failed_jobs",
-        "last_indexed", "created_at",
+        "slug", "name", "team", "is_active", "deletion", "files", "chunks", "pending", "failed_files", "active_jobs",
+        "failed_jobs", "last_indexed", "created_at",
     ]
     list_filter = ["is_active", ("team", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["team"]
     search_fields = ["slug", "name"]
     readonly_fields = ["created_at"]
+
+    # An agent being deleted stays in the list, marked, until its rows are gone (its counts shrink as the
+    # background deletion goes): it can be looked at, not changed; deleting it again only re-sends the task.
+    def has_change_permission(self, request, obj=None):
+        if obj is not None and obj.is_being_deleted:
+            return False
+        return super().has_change_permission(request, obj)
+
+    @admin.display(description="Deletion", ordering="deletion_requested_at")
+    def deletion(self, agent):
+        if not agent.is_being_deleted:
+            return ""
+        return format_html('<strong class="mh-deleting">being deleted</strong> since {}', agent.deletion_requested_at.strftime("%Y-%m-%d %H:%M UTC"))
 
     def get_readonly_fields(self, request, obj=None):
         # Moving an agent to another team moves its memory with it: a superuser's decision.
@@ -272,11 +297,29 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         agent_delete(agent=obj, actor=Actor.from_request(request))
+        request.agents_deletion_asked = [obj.slug]
 
     def delete_queryset(self, request, queryset):
         actor = Actor.from_request(request)
-        for agent in self.managed(request, queryset):
+        agents = list(self.managed(request, queryset))
+        for agent in agents:
             agent_delete(agent=agent, actor=actor)
+        request.agents_deletion_asked = [agent.slug for agent in agents]
+
+    def message_user(self, request, message, level=messages.INFO, *args, **kwargs):
+        """Django's "deleted successfully" after a delete is not what happened yet: say what did."""
+        asked = getattr(request, "agents_deletion_asked", None)
+        if asked is not None and level == messages.SUCCESS:
+            del request.agents_deletion_asked
+            message = (
+                f"Deletion of {', '.join(asked)} started: its tokens are refused from now on, and its files, chunks "
+                "and jobs are deleted in the background (a large agent takes minutes). It is listed as being "
+                "deleted until then."
+            ) if len(asked) == 1 else (
+                f"Deletion of {len(asked)} agents started ({', '.join(asked)}): their tokens are refused from now on, "
+                "and their files, chunks and jobs are deleted in the background. They are listed as being deleted until then."
+            )
+        return super().message_user(request, message, level, *args, **kwargs)
 
     def response_add(self, request, obj, post_url_continue=None):
         # Straight to the agent's page, where its token is shown (once) and more can be made.
@@ -288,6 +331,8 @@ class AgentAdmin(TeamScopedAdmin, admin.ModelAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = extra_context or {}
         agent = self.get_object(request, object_id)
+        if agent is not None and agent.is_being_deleted and request.method == "GET":
+            messages.warning(request, f"Agent {agent.slug} is being deleted in the background; it can no longer be changed.")
         if agent is not None:
             extra_context.update(
                 tokens=AgentToken.objects.filter(agent=agent).order_by("revoked_at", "-created_at"),
@@ -406,8 +451,8 @@ class AgentTokenAdmin(TeamScopedAdmin, admin.ModelAdmin):
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.name == "agent":
             scope = request_team_scope(request)
-            if not scope.everything:
-                kwargs["queryset"] = Agent.objects.filter(team__in=scope.manageable)
+            agents = Agent.objects.live()
+            kwargs["queryset"] = agents if scope.everything else agents.filter(team__in=scope.manageable)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_fields(self, request, obj=None):
@@ -558,7 +603,8 @@ class MemoryGrantForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        agents = {a.slug: a for a in Agent.objects.filter(slug__in=[cleaned.get("reader_slug"), cleaned.get("owner_slug")])}
+        slugs = [cleaned.get("reader_slug"), cleaned.get("owner_slug")]
+        agents = {a.slug: a for a in Agent.objects.live().filter(slug__in=slugs)}
         for field in ("reader_slug", "owner_slug"):
             if cleaned.get(field) and cleaned[field] not in agents:
                 self.add_error(field, "No such agent.")

@@ -37,8 +37,9 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Malformed token: MemoryHub tokens start with 'mh_'.", code="invalid_token")
         digest = token_digest(raw)
         token = AgentToken.objects.select_related("agent__team").filter(digest=digest).first()
-        # The unique-digest lookup already matched; compare again in constant time as a guard.
-        if token is None or not hmac.compare_digest(token.digest, digest):
+        # The unique-digest lookup already matched; compare again in constant time as a guard. An agent
+        # being deleted (its rows go in the background) is already gone: its tokens are unknown, as after.
+        if token is None or not hmac.compare_digest(token.digest, digest) or token.agent.is_being_deleted:
             raise exceptions.AuthenticationFailed("Unknown token.", code="invalid_token")
         if token.is_revoked:
             raise exceptions.AuthenticationFailed("This token has been revoked.", code="token_revoked")

@@ -94,6 +94,15 @@ class TeamMembership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
+class AgentQuerySet(models.QuerySet):
+    def live(self):
+        """Agents not being deleted: the only ones a token, a grant, a command or a new job may act on."""
+        return self.filter(deletion_requested_at__isnull=True)
+
+    def being_deleted(self):
+        return self.filter(deletion_requested_at__isnull=False)
+
+
 class Agent(models.Model):
     """One AI agent and the memory it pushes, in exactly one team. Every other row belongs to exactly one agent."""
 
@@ -107,12 +116,28 @@ class Agent(models.Model):
     # Per-agent overrides of the chunking and search defaults, e.g. {"chunk_tokens": 256}.
     overrides = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the agent's deletion was asked for (agents/deletion.py): from then on it is gone for its
+    # users, and a background task deletes its rows in batches, the agent's own row last.
+    deletion_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = AgentQuerySet.as_manager()
 
     class Meta:
         ordering = ["slug"]
+        indexes = [
+            # The stuck-work sweep's "deletions still pending": only the few agents being deleted.
+            models.Index(
+                fields=["deletion_requested_at"], name="agent_deletion_requested_idx",
+                condition=models.Q(deletion_requested_at__isnull=False),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def is_being_deleted(self) -> bool:
+        return self.deletion_requested_at is not None
 
     # DRF treats request.user as the authenticated principal; for the API that is the agent.
     is_authenticated = True

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from agents.models import Agent, MemoryGrant, TeamMembership
-from memoryhub.domain import InvalidInput
+from memoryhub.domain import InvalidInput, NotFound
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,22 @@ def user_team_scope(*, user) -> TeamScope:
     )
 
 
+def agent_by_slug(*, slug: str, missing_ok: bool = False) -> Agent | None:
+    """The agent an operator's command names. NotFound when there is none (None with ``missing_ok``) and
+    when it is being deleted: a command never acts on an agent whose rows are going in the background."""
+    agent = Agent.objects.select_related("team").filter(slug=slug).first()
+    if agent is None:
+        if missing_ok:
+            return None
+        raise NotFound(f"No agent {slug!r}.", code="not_found")
+    if agent.is_being_deleted:
+        raise NotFound(
+            f"Agent {slug!r} is being deleted (since {agent.deletion_requested_at:%Y-%m-%d %H:%M} UTC); its slug is "
+            "free once the deletion has finished.", code="agent_deleted",
+        )
+    return agent
+
+
 # memory_search's scope: one agent's own memory (the default), or its own plus every memory granted to it,
 # or a list of memory names (agent slugs: its own and granted ones).
 SCOPE_OWN, SCOPE_SHARED = "own", "shared"
@@ -49,7 +65,9 @@ MAX_SCOPE_NAMES = 20
 def memory_grants_readable(*, reader: Agent) -> dict[str, Agent]:
     """The memories granted to ``reader`` and approved on both sides, by owner slug. Read on every
     request that asks for them, so a revoked grant is gone from the next request on."""
-    grants = MemoryGrant.objects.filter(reader=reader, owner_team_approved=True, reader_team_approved=True)
+    grants = MemoryGrant.objects.filter(
+        reader=reader, owner_team_approved=True, reader_team_approved=True, owner__deletion_requested_at__isnull=True
+    )
     return {grant.owner.slug: grant.owner for grant in grants.select_related("owner").order_by("owner__slug")}
 
 

@@ -113,7 +113,7 @@ def team_agent_quota_check(*, team: Team) -> None:
     """TooLarge when the team already has as many agents as its limit allows."""
     if team.agent_limit is None:
         return
-    count = Agent.objects.filter(team=team).count()
+    count = Agent.objects.live().filter(team=team).count()  # one being deleted is gone already
     if count >= team.agent_limit:
         raise TooLarge(
             f"Team {team.slug} has {count} agents, its limit (team_max_agents: {team.agent_limit}).",
@@ -134,10 +134,20 @@ def agent_active_set(*, agent: Agent, was_active: bool, actor: Actor | None) -> 
 
 
 @transaction.atomic
-def agent_delete(*, agent: Agent, actor: Actor | None) -> None:
-    """Delete an agent with its tokens, files and grants; the audit trail keeps its slug and id."""
-    audit_record(action=AuditEvent.Action.AGENT_DELETED, actor=actor, team_ids=[agent.team_id], agent=agent, target=agent.slug)
-    agent.delete()
+def agent_delete(*, agent: Agent, actor: Actor | None) -> bool:
+    """Delete an agent with its tokens, files and grants: mark it now (one short UPDATE; from the commit
+    on it is gone for its users) and delete its rows in the background, in batches (agents/deletion.py).
+    The audit trail keeps its slug and id. Asked again, it only publishes the task again (no second
+    audit event). Returns True when this call marked it."""
+    from indexing.recovery import agent_deletion_enqueue_on_commit
+
+    now = timezone.now()
+    marked = Agent.objects.filter(pk=agent.pk, deletion_requested_at__isnull=True).update(deletion_requested_at=now)
+    if marked:
+        agent.deletion_requested_at = now
+        audit_record(action=AuditEvent.Action.AGENT_DELETED, actor=actor, team_ids=[agent.team_id], agent=agent, target=agent.slug)
+    agent_deletion_enqueue_on_commit(agent_id=agent.pk)
+    return bool(marked)
 
 
 def agent_token_create(

@@ -26,19 +26,23 @@ from django.db import OperationalError, connection, transaction
 
 from agents.models import Agent
 from indexing.models import MemoryFile
-from memoryhub.domain import Busy
+from memoryhub.domain import Busy, NotFound
 from memoryhub.errors import is_lock_conflict
 
 logger = logging.getLogger(__name__)
 
 
 def agent_lock(agent: Agent) -> None:
-    """Serialise this agent's writes until the transaction ends (quotas and racing uploads).
+    """Serialise this agent's writes until the transaction ends (quotas and racing uploads). NotFound
+    when the agent is being deleted (or gone): a write that authenticated just before the deletion was
+    asked for adds nothing to what the background deletion is removing.
 
     FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with itself, but not with the FOR KEY SHARE that
     Postgres' (deferred) foreign-key checks take on the agent row when a worker commits new chunks, so a
     worker never waits for a web request's agent lock while holding file rows that request wants."""
-    Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).values_list("pk", flat=True).first()
+    marks = list(Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).values_list("deletion_requested_at", flat=True))
+    if not marks or marks[0] is not None:
+        raise NotFound("This agent is being deleted.", code="agent_deleted")
 
 
 def files_lock(file_ids) -> list[int]:

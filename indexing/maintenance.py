@@ -17,9 +17,10 @@ from agents.models import Agent
 from indexing.embedding_identity import configured_identity
 from indexing.locks import agent_lock, files_lock, files_update
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.recovery import job_enqueue_on_commit
+from indexing.recovery import agent_deletion_dispatch, job_enqueue_on_commit
 from indexing.services import index_job_fail
 from indexing.states import IN_FLIGHT, OWNING_JOBS, job_to_queued, to_pending
+from memoryhub.domain import NotFound
 
 State = MemoryFile.State
 JobState = IndexJob.State
@@ -30,6 +31,13 @@ def _files_requeue(*, agent: Agent, file_ids: list[int], trigger: str, force: bo
     """Put existing files back in the queue under a new job (``force``: re-chunk even if unchanged)."""
     if not file_ids:
         return None
+    try:
+        return _files_requeue_locked(agent=agent, file_ids=file_ids, trigger=trigger, force=force)
+    except NotFound:  # the agent is being deleted: nothing of it is indexed again
+        return None
+
+
+def _files_requeue_locked(*, agent: Agent, file_ids: list[int], trigger: str, force: bool) -> IndexJob:
     with transaction.atomic():
         agent_lock(agent)
         file_ids = files_lock(file_ids)  # an unordered multi-row UPDATE could deadlock with a worker
@@ -86,6 +94,21 @@ def files_requeue_under_new_job(*, agent_id: int, file_ids: list[int], now: date
     return job
 
 
+# Rows of agents not being deleted (a filter on an IndexJob's or a MemoryFile's agent).
+LIVE_AGENT = Q(agent__deletion_requested_at__isnull=True)
+
+
+def agent_deletions_redispatch(*, cutoff: datetime) -> list[int]:
+    """Publish again the deletion of every agent marked before ``cutoff`` and still there. A run that is
+    still going holds the agent's lock, so the extra message returns at once. Returns the agents."""
+    published = []
+    for agent_id in Agent.objects.being_deleted().filter(deletion_requested_at__lt=cutoff).values_list("id", flat=True):
+        if not agent_deletion_dispatch(agent_id=agent_id):
+            break  # the broker is down: the next sweep tries again
+        published.append(agent_id)
+    return published
+
+
 @dataclass
 class MaintenanceOutcome:
     stuck_jobs: int = 0
@@ -93,6 +116,7 @@ class MaintenanceOutcome:
     retried_failed: int = 0
     reembed_jobs: int = 0
     jobs: list[int] = field(default_factory=list)
+    deletions: list[int] = field(default_factory=list)  # agents whose deletion was published again
 
 
 def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
@@ -104,16 +128,21 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
     - failed files are tried again MEMORYHUB_INDEX_RETRY_FAILED_AFTER after their failure, twice that
       after a second one, and so on, until MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS failures in a row (then
       they stay failed, keyword-searchable with their old chunks, until new content or a re-index);
-    - agents with chunks embedded under another identity get an ``agent_reembed``.
+    - agents with chunks embedded under another identity get an ``agent_reembed``;
+    - agents marked for deletion longer ago than MEMORYHUB_INDEX_STUCK_AFTER get their deletion task
+      published again (the first was lost, or a run stopped without publishing the next).
+
+    Nothing of an agent being deleted is queued again: its rows are on their way out.
     """
     now = now or timezone.now()
     stuck_cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_STUCK_AFTER)
     failed_cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_RETRY_FAILED_AFTER)
     outcome = MaintenanceOutcome()
 
+    outcome.deletions = agent_deletions_redispatch(cutoff=stuck_cutoff)
     stuck = IndexJob.objects.filter(
         Q(state=JobState.QUEUED, created_at__lt=stuck_cutoff) | Q(state=JobState.RUNNING, started_at__lt=stuck_cutoff)
-    ).values_list("id", "state", "attempts", "trigger")
+    ).filter(LIVE_AGENT).values_list("id", "state", "attempts", "trigger")
     for job_id, state, attempts, trigger in stuck:
         if attempts > settings.MEMORYHUB_INDEX_MAX_RETRIES:
             index_job_fail(job_id=job_id, reason=f"gave up after {attempts} attempts (stuck)")
@@ -130,14 +159,14 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
 
     active_jobs = IndexJob.objects.filter(state__in=OWNING_JOBS).values("id")
     orphans = (
-        MemoryFile.objects.filter(state__in=IN_FLIGHT, updated_at__lt=stuck_cutoff)
+        MemoryFile.objects.filter(LIVE_AGENT, state__in=IN_FLIGHT, updated_at__lt=stuck_cutoff)
         .filter(Q(job__isnull=True) | ~Q(job_id__in=active_jobs))
         .values_list("agent_id", "id")
     )
     retry_failed = [
         (agent_id, file_id)
         for agent_id, file_id, failures, updated_at in MemoryFile.objects.filter(
-            state=State.FAILED, updated_at__lt=failed_cutoff, failures__lt=settings.MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS
+            LIVE_AGENT, state=State.FAILED, updated_at__lt=failed_cutoff, failures__lt=settings.MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS
         ).values_list("agent_id", "id", "failures", "updated_at")
         if updated_at < now - timedelta(seconds=settings.MEMORYHUB_INDEX_RETRY_FAILED_AFTER * 2 ** max(failures - 1, 0))
     ]
@@ -159,7 +188,7 @@ def index_maintenance(*, now: datetime | None = None) -> MaintenanceOutcome:
             .distinct()
         )
         agent_ids = list(stale_agents)
-        for agent in Agent.objects.filter(id__in=agent_ids):
+        for agent in Agent.objects.live().filter(id__in=agent_ids):
             job = agent_reembed(agent=agent)
             if job is not None:
                 outcome.reembed_jobs += 1

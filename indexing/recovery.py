@@ -63,9 +63,13 @@ def job_queue(trigger: str) -> str:
 def _publish(job_id: int, queue: str) -> None:
     from indexing.tasks import index_job_task
 
+    task_publish(index_job_task, args=[job_id], queue=queue)
+
+
+def task_publish(task, *, args: list, queue: str) -> None:
     # retry=False: one attempt (a 2 s connect timeout, CELERY_BROKER_TRANSPORT_OPTIONS), so a web
-    # request never hangs on a broker that is down; the outbox covers the miss.
-    index_job_task.apply_async(args=[job_id], queue=queue, retry=False)
+    # request never hangs on a broker that is down; the outbox (or the stuck-work sweep) covers the miss.
+    task.apply_async(args=args, queue=queue, retry=False)
 
 
 def job_dispatch(*, job_id: int, trigger: str) -> bool:
@@ -85,6 +89,29 @@ def job_dispatch(*, job_id: int, trigger: str) -> bool:
 def job_enqueue_on_commit(*, job_id: int, trigger: str) -> None:
     """What every write path calls: dispatch the job once the transaction that created it commits."""
     transaction.on_commit(lambda: job_dispatch(job_id=job_id, trigger=trigger))
+
+
+def agent_deletion_dispatch(*, agent_id: int) -> bool:
+    """Publish the deletion task of an agent marked for deletion, on the background queue (no one waits
+    on it). On a broker failure the mark itself is the record: the stuck-work sweep publishes it again
+    (indexing/maintenance.py). True if published."""
+    from agents.tasks import agent_delete_task
+    from memoryhub.observability import background_queue_name
+
+    try:
+        task_publish(agent_delete_task, args=[agent_id], queue=background_queue_name())
+        return True
+    except Exception as exc:  # as job_dispatch: the broker's connection errors have no common base
+        logger.warning(
+            "could not publish the deletion of agent %s (%s: %s); the stuck-work sweep will send it",
+            agent_id, exc.__class__.__name__, exc,
+        )
+    return False
+
+
+def agent_deletion_enqueue_on_commit(*, agent_id: int) -> None:
+    """Publish the agent's deletion once the transaction that marked it commits."""
+    transaction.on_commit(lambda: agent_deletion_dispatch(agent_id=agent_id))
 
 
 def outbox_drain(*, limit: int = OUTBOX_BATCH) -> int:
@@ -152,7 +179,8 @@ def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_LEASE_SECONDS)
     abandoned = list(
-        MemoryFile.objects.filter(state=State.INDEXING, updated_at__lt=cutoff).values_list("id", "agent_id", "job_id", "job__trigger")
+        MemoryFile.objects.filter(state=State.INDEXING, updated_at__lt=cutoff, agent__deletion_requested_at__isnull=True)
+        .values_list("id", "agent_id", "job_id", "job__trigger")
     )
     if not abandoned:
         return []
@@ -190,7 +218,7 @@ def _provider_failed_files():
     provider_failure = Q()
     for prefix in PROVIDER_FAILURE_PREFIXES:
         provider_failure |= Q(last_error__startswith=prefix)
-    return MemoryFile.objects.filter(provider_failure, state=State.FAILED)
+    return MemoryFile.objects.filter(provider_failure, state=State.FAILED, agent__deletion_requested_at__isnull=True)
 
 
 def provider_recovery_probe() -> list[int]:

@@ -606,6 +606,8 @@ def index_job_run(*, job_id: int, dispatch_batch: Callable[[int, list[int]], Non
     claimed = IndexJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(**job_to_running(now=now))
     if not claimed:
         return None
+    if _job_agent_being_deleted(job_id):
+        return _job_stop(job_id)
     rows = list(
         MemoryFile.objects.filter(job_id=job_id, state__in=CLAIMABLE).order_by("id").values_list("id", "size")
     )
@@ -619,6 +621,8 @@ def index_job_run(*, job_id: int, dispatch_batch: Callable[[int, list[int]], Non
     transient = None
     internal_errors: list[str] = []
     for batch in batches:
+        if _job_agent_being_deleted(job_id):
+            return _job_stop(job_id)
         deferred = f"embedding deferred after a transient error: {transient}" if transient else ""
         met, errors = _index_batch(batch=batch, provider=provider, job_id=job_id, deferred=deferred)
         transient = transient or met
@@ -637,10 +641,27 @@ def index_job_batch_run(*, job_id: int, file_ids: list[int]) -> IndexJob | None:
     job is settled if this was its last unfinished batch."""
     from indexing.embeddings import get_provider
 
+    if _job_agent_being_deleted(job_id):
+        return _job_stop(job_id)
     transient, internal_errors = _index_batch(batch=file_ids, provider=get_provider(), job_id=job_id, deferred="")
     if transient is not None:
         raise transient
     return index_job_settle(job_id=job_id, internal_errors=internal_errors)
+
+
+# The reason a job of an agent being deleted ends with (agents/deletion.py deletes it soon after).
+AGENT_BEING_DELETED = "stopped: the agent is being deleted"
+
+
+def _job_agent_being_deleted(job_id: int) -> bool:
+    return IndexJob.objects.filter(pk=job_id, agent__deletion_requested_at__isnull=False).exists()
+
+
+def _job_stop(job_id: int) -> IndexJob | None:
+    """End a job whose agent is being deleted, between two batches: what it wrote stays consistent (each
+    batch commits whole), what it did not index stays as it is until the deletion takes it."""
+    IndexJob.objects.filter(pk=job_id).exclude(state=JobState.DONE).update(**job_to_finished(AGENT_BEING_DELETED))
+    return IndexJob.objects.filter(pk=job_id).first()
 
 
 def index_job_settle(*, job_id: int, internal_errors: list[str] | None = None) -> IndexJob | None:

@@ -81,6 +81,7 @@ def index_maintenance_task() -> dict:
         "requeued_files": outcome.requeued_files,
         "retried_failed": outcome.retried_failed,
         "reembed_jobs": outcome.reembed_jobs,
+        "deletions": outcome.deletions,
     }
 
 

@@ -369,6 +369,9 @@ MEMORYHUB_INDEX_FAILED_MAX_ATTEMPTS = env_int("MEMORYHUB_INDEX_FAILED_MAX_ATTEMP
 # still "indexing" without a touch for MEMORYHUB_INDEX_LEASE_SECONDS belonged to a worker that died
 # (killed, out of memory, machine lost) and goes back to the queue.
 MEMORYHUB_INDEX_LEASE_SECONDS = env_int("MEMORYHUB_INDEX_LEASE_SECONDS", 60, minimum=6)
+# Rows an agent's background deletion deletes per transaction (agents/deletion.py): each batch holds its
+# locks and its share of the write-ahead log only this long, and a worker killed midway loses one batch.
+MEMORYHUB_AGENT_DELETE_BATCH_ROWS = env_int("MEMORYHUB_AGENT_DELETE_BATCH_ROWS", 5000, minimum=1, maximum=100_000)
 # Seconds between runs of the recovery task: abandoned files, jobs the broker never received (the
 # outbox), and failed files retried once a probe shows the embedding provider answers again.
 MEMORYHUB_INDEX_RECOVERY_INTERVAL = env_int("MEMORYHUB_INDEX_RECOVERY_INTERVAL", 15, minimum=1)

@@ -8,11 +8,13 @@ from django.db import DatabaseError, connection
 
 
 @contextmanager
-def advisory_lock(key: int) -> Iterator[bool]:
-    """Hold the session advisory lock ``key`` for the block; yields False (holding nothing) when another
-    session has it, so a second run of a periodic task can return at once."""
+def advisory_lock(*key: int) -> Iterator[bool]:
+    """Hold the session advisory lock ``key`` (one bigint, or two ints: a class and an id) for the block;
+    yields False (holding nothing) when another session has it, so a second run of a periodic task can
+    return at once."""
+    placeholders = ", ".join(["%s"] * len(key))
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        cursor.execute(f"SELECT pg_try_advisory_lock({placeholders})", list(key))
         acquired = cursor.fetchone()[0]
     if not acquired:
         yield False
@@ -22,7 +24,7 @@ def advisory_lock(key: int) -> Iterator[bool]:
     finally:
         try:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+                cursor.execute(f"SELECT pg_advisory_unlock({placeholders})", list(key))
         except DatabaseError:  # the transaction is aborted; the error that aborted it is on its way up
             pass
 

@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from indexing.partitions import agent_chunk_table, chunk_tables_condition
-from indexing.tables import CHUNK
+from indexing.tables import AGENT_LIVE, CHUNK
 from search.ddl import advisory_lock, concurrently_clause
 from search.models import KeywordAgentStats, KeywordTermStats
 
@@ -153,7 +153,7 @@ def keyword_stats_sync(*, min_chunks: int | None = None) -> KeywordStatsOutcome:
             outcome.skipped = "another run is refreshing keyword stats"
             return outcome
         cursor.execute(
-            f"SELECT agent_id, count(*), max(id) FROM {CHUNK} GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
+            f"SELECT agent_id, count(*), max(id) FROM {CHUNK} WHERE {AGENT_LIVE} GROUP BY agent_id HAVING count(*) > %s", [min_chunks]
         )
         rows = cursor.fetchall()
         sizes = {agent_id: count for agent_id, count, _ in rows}

@@ -22,7 +22,7 @@ from django.db import connection
 
 from indexing.embedding_identity import configured_identity
 from indexing.partitions import agent_chunk_table, chunk_tables_condition
-from indexing.tables import CHUNK
+from indexing.tables import AGENT_LIVE, CHUNK
 from memoryhub.replicas import read_connection
 from search.ddl import advisory_lock, concurrently_clause
 
@@ -139,7 +139,7 @@ def vector_indexes_sync(*, min_chunks: int | None = None) -> VectorIndexOutcome:
         if dims and dims <= HNSW_MAX_DIMENSIONS:
             # One pass over chunk_agent_identity_idx; runs every few minutes, not per search.
             cursor.execute(
-                f"SELECT agent_id, count(*) FROM {CHUNK} WHERE embedding_identity = %s "
+                f"SELECT agent_id, count(*) FROM {CHUNK} WHERE embedding_identity = %s AND {AGENT_LIVE} "
                 "AND embedding IS NOT NULL GROUP BY agent_id HAVING count(*) >= %s",
                 [identity.key, max(1, min_chunks // 2)],
             )

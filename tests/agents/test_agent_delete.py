@@ -1,6 +1,7 @@
 """Deleting an agent in the admin: the delete page and "Delete selected agents" go through agent_delete
 for the agent's team admins and superusers (the read-only file, job and batch admins do not stand in the
-way), and the confirmation page shows bounded counts naming the agent instead of every row it holds."""
+way), and the confirmation page shows bounded counts naming the agent instead of every row it holds. The
+request marks the agent; its rows go in the background (tests/agents/test_agent_background_delete.py)."""
 
 import re
 
@@ -22,6 +23,27 @@ pytestmark = pytest.mark.django_db
 CHUNKS_PER_FILE = 3
 # Tables whose rows belong to an agent: every statement of the confirmation page on them names it.
 HOLDINGS = re.compile(r'\b(indexing_chunk|indexing_memoryfile|indexing_indexjob|indexing_embeddingbatch|agents_agenttoken)\b')
+
+
+@pytest.fixture
+def deletion_tasks(monkeypatch):
+    """The deletion tasks the requests' commits publish, as (agent id, queue), instead of the broker's."""
+    from agents.tasks import agent_delete_task
+
+    sent = []
+    monkeypatch.setattr(agent_delete_task, "apply_async", lambda args, queue, retry: sent.append((args[0], queue)))
+    return sent
+
+
+def deleted_in_the_background(agent_ids, sent) -> None:
+    """Each agent's deletion went to the background queue; run it as the worker would."""
+    from agents.tasks import agent_delete_task
+    from memoryhub.observability import background_queue_name
+
+    assert sorted(sent) == sorted((pk, background_queue_name()) for pk in agent_ids)
+    for pk in agent_ids:
+        assert Agent.objects.filter(pk=pk, deletion_requested_at__isnull=False).exists()
+        assert agent_delete_task(pk)["finished"]
 
 
 @pytest.fixture
@@ -58,7 +80,9 @@ def assert_gone(agent_id: int, actor: str) -> None:
 
 
 @pytest.mark.parametrize("username", ["red-admin", "root"])
-def test_an_agent_with_files_and_chunks_is_deleted_from_its_page(team_cast, superuser, username):
+def test_an_agent_with_files_and_chunks_is_deleted_from_its_page(
+    team_cast, superuser, username, deletion_tasks, django_capture_on_commit_callbacks
+):
     red = team_cast.red_handbook.agent
     fill(red, 3)
     memory_grant_give(reader=team_cast.red_writer.agent, owner=red)
@@ -73,15 +97,20 @@ def test_an_agent_with_files_and_chunks_is_deleted_from_its_page(team_cast, supe
         assert shown in html, shown
     assert "note 0" not in html  # no chunk is listed
 
-    response = client.post(f"/admin/agents/agent/{red.pk}/delete/", {"post": "yes"})
-    assert response.status_code == 302
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/agents/agent/{red.pk}/delete/", {"post": "yes"}, follow=True)
+    assert response.redirect_chain[-1][1] == 302
+    assert "red-handbook started" in response.content.decode() and "deleted successfully" not in response.content.decode()
+    deleted_in_the_background([red.pk], deletion_tasks)
     assert_gone(red.pk, username)
     writer = team_cast.red_writer.agent
     assert MemoryFile.objects.filter(agent=writer).count() == 1 and chunk_rows(writer.pk) == CHUNKS_PER_FILE
 
 
 @pytest.mark.parametrize("username", ["red-admin", "root"])
-def test_delete_selected_deletes_agents_with_files_through_the_service(team_cast, superuser, username):
+def test_delete_selected_deletes_agents_with_files_through_the_service(
+    team_cast, superuser, username, deletion_tasks, django_capture_on_commit_callbacks
+):
     agents = [team_cast.red_handbook.agent, team_cast.red_writer.agent]
     for agent in agents:
         fill(agent, 2)
@@ -93,8 +122,11 @@ def test_delete_selected_deletes_agents_with_files_through_the_service(team_cast
     assert page.status_code == 200 and "Cannot delete" not in html, html[:2000]
     assert "Agents: 2" in html and "Chunks: 12" in html and html.count("files: 2") == 2
 
-    response = client.post("/admin/agents/agent/", {**form, "post": "yes"})
-    assert response.status_code == 302
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/admin/agents/agent/", {**form, "post": "yes"}, follow=True)
+    assert response.redirect_chain[-1][1] == 302
+    assert "Deletion of 2 agents started" in response.content.decode()
+    deleted_in_the_background([a.pk for a in agents], deletion_tasks)
     for agent in agents:
         assert_gone(agent.pk, username)
     assert chunk_rows(team_cast.blue_agent.agent.pk) == 0 and Agent.objects.filter(slug="blue-agent").exists()
@@ -208,6 +240,7 @@ def test_a_large_selection_counts_the_first_agents_and_names_the_others(team_cas
 def test_an_agents_search_rows_are_deleted_through_an_index_naming_it(alice, bob):
     """Django cascades an agent's deletion to its search rows with ``DELETE … WHERE agent_id IN (…)``;
     searchevent_agent_idx serves it, instead of a read of every agent's last two days of searches."""
+    from agents.deletion import agent_purge
     from agents.services import agent_delete
     from memoryhub.usage.models import SearchEvent
 
@@ -221,6 +254,7 @@ def test_an_agents_search_rows_are_deleted_through_an_index_naming_it(alice, bob
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "searchevent_agent_idx" in plan, plan
     agent_delete(agent=alice.agent, actor=None)
+    assert agent_purge(agent_id=alice.agent.pk).finished
     assert list(SearchEvent.objects.values_list("agent_id", flat=True).distinct()) == [bob.agent.pk]
 
 

@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from agents.deletion import agent_purge
 from agents.models import Agent, AuditEvent, TeamMembership
 from indexing.models import IndexJob
 from indexing.writes import file_ingest
@@ -76,6 +77,7 @@ def test_grants_memberships_and_agents_are_recorded_and_kept_after_deletion(team
     form = {"slug": writer.slug, "name": writer.name, "team": writer.team_id, "overrides": "{}", "webhook_secret": ""}
     admin.post(f"/admin/agents/agent/{writer.pk}/change/", form)  # is_active unticked
     admin.post(f"/admin/agents/agent/{writer.pk}/delete/", {"post": "yes"})
+    assert agent_purge(agent_id=writer.pk).finished  # the background deletion's batches
     assert not Agent.objects.filter(pk=writer.pk).exists()
     kept = actions(agent_id=writer.pk)
     assert kept[0] == Action.AGENT_CREATED and kept[-2:] == [Action.AGENT_DEACTIVATED, Action.AGENT_DELETED]

@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
+from agents.deletion import agent_purge
 from agents.services import agent_delete
 from indexing.models import Chunk, MemoryFile
 from indexing.partitions import SHADOW, SHADOW_SUFFIX, agent_chunk_table, chunk_partitions, chunk_table_rebuild
@@ -81,6 +82,7 @@ def _sync_delete_missing(alice, files):
 
 def _delete_agent(alice, files):
     agent_delete(agent=alice.agent, actor=None)
+    assert agent_purge(agent_id=alice.agent.pk).finished  # the background task's batches
     return [f.pk for f in files]
 
 
@@ -88,7 +90,8 @@ def _delete_agent(alice, files):
     "delete", [_delete_file, _sync_delete_missing, _delete_agent], ids=["file", "sync delete_missing", "agent"]
 )
 def test_every_statement_deleting_chunks_names_the_agent(alice, bob, memories, delete):
-    """The admin's agent delete is agent_delete too (AgentAdmin.delete_model)."""
+    """The admin's agent delete is agent_delete too (AgentAdmin.delete_model), and its rows go in the
+    background task's batches (agents/deletion.py)."""
     files, bobs = memories
     agent_id = alice.agent.pk  # None once the agent is deleted
     with CaptureQueriesContext(connection) as captured:

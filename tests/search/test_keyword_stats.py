@@ -104,6 +104,24 @@ def test_large_agents_get_their_own_gin_index_and_searches_use_it(alice, bob, in
     assert dropped.indexes_dropped == [f"chunk_gin_a{alice.agent.pk}"] and keyword_indexes() == {}
 
 
+def test_an_agent_being_deleted_loses_its_stats_and_index_at_the_next_run(alice, bob, index_files, settings):
+    """Its chunks go in the background's batches meanwhile: no index or stats is kept or built for them."""
+    from agents.services import agent_delete
+    from search.keyword_stats import keyword_indexes
+
+    index_files(alice, FILES)
+    index_files(bob, FILES)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
+    assert keyword_stats_sync().indexes_created == [f"chunk_gin_a{alice.agent.pk}", f"chunk_gin_a{bob.agent.pk}"]
+
+    agent_delete(agent=alice.agent, actor=None)
+    outcome = keyword_stats_sync()
+    assert outcome.dropped == [alice.agent.pk] and outcome.indexes_dropped == [f"chunk_gin_a{alice.agent.pk}"]
+    assert keyword_indexes() == {f"chunk_gin_a{bob.agent.pk}": True}
+    assert not KeywordAgentStats.objects.filter(agent=alice.agent).exists()
+    assert KeywordTermStats.objects.filter(agent=bob.agent).exists()
+
+
 def test_the_command_counts_now(alice, index_files):
     from io import StringIO
 

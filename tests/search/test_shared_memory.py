@@ -100,6 +100,24 @@ def test_without_a_grant_another_memory_is_refused_in_the_same_words_as_a_missin
     assert status == 400
 
 
+def test_a_grant_from_an_agent_being_deleted_gives_nothing_from_the_mark_on(handbook, search):
+    """Its rows are still there until the background deletion reaches them; the reader sees none of them."""
+    from agents.services import agent_delete
+
+    writer, owner = handbook.red_writer, handbook.red_handbook
+    memory_grant_give(reader=writer.agent, owner=owner.agent)
+    status, body = search(writer, "when are expense reports due", scope="shared")
+    assert status == 200 and any(r.get("owner") == "red-handbook" for r in body["results"])
+
+    agent_delete(agent=owner.agent, actor=None)
+    status, body = search(writer, "when are expense reports due", scope="shared")
+    assert status == 200 and not any(r.get("owner") for r in body["results"])
+    status, refused = search(writer, "expense reports", scope=["red-handbook"])
+    assert status == 400 and refused["error"]["code"] == "unknown_memory"
+    assert writer.client.get("/api/v1/files/red-handbook:memory/policies.md").status_code == 404
+    assert MemoryGrant.objects.filter(owner=owner.agent).exists()  # its row is deleted with the agent's
+
+
 def test_a_grant_is_never_a_way_to_write(handbook):
     memory_grant_give(reader=handbook.red_writer.agent, owner=handbook.red_handbook.agent)
     writer = handbook.red_writer

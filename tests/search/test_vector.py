@@ -184,6 +184,16 @@ def test_filters_keep_only_matching_files_and_lose_no_recall(big_agent):
         assert found / (10 * len(queries)) >= 0.98
 
 
+def test_an_agent_being_deleted_loses_its_index_at_the_next_run(big_agent):
+    """Its chunks go in the background's batches meanwhile: its index is neither kept nor built again."""
+    from agents.services import agent_delete
+
+    agent_delete(agent=big_agent, actor=None)
+    outcome = vector_indexes_sync()
+    assert outcome.dropped == [agent_vector_index_name(agent_id=big_agent.id, dimensions=DIMS)] and not outcome.created
+    assert agent_vector_index(agent_id=big_agent.id, dimensions=DIMS) is None
+
+
 def test_a_filter_matching_fewer_chunks_than_asked_returns_all_of_them(big_agent):
     filters = SearchFilters(path_prefix="projects/plan-0000")  # one file of 10 chunks
     results = search(big_agent, random_vector(random.Random(11)), filters=filters, limit=25)

@@ -2,8 +2,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
-from agents.models import Agent, Team
-from memoryhub.domain import TooLarge
+from agents.models import Team
+from agents.selectors import agent_by_slug
+from memoryhub.domain import DomainError, TooLarge
 from agents.services import Actor, agent_create, agent_token_create, agent_tokens_revoke, team_default
 
 
@@ -41,9 +42,12 @@ class Command(BaseCommand):
         except TooLarge as exc:
             raise CommandError(exc.message) from None
         except IntegrityError:
+            try:
+                agent, created = agent_by_slug(slug=slug), False
+            except DomainError as exc:  # being deleted
+                raise CommandError(exc.message) from None
             if not existing_ok:
                 raise CommandError(f"Agent {slug!r} already exists (use --existing-ok to issue another token).")
-            agent, created = Agent.objects.select_related("team").get(slug=slug), False
             if team and agent.team_id != found.pk:
                 raise CommandError(f"Agent {slug!r} belongs to team {agent.team.slug!r}, not {team!r}.")
         with transaction.atomic():

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from agents.models import Agent
+from agents.selectors import agent_by_slug
 from agents.services import Actor, memory_grant_give
 from memoryhub.domain import DomainError
 
@@ -16,11 +16,8 @@ class Command(BaseCommand):
         parser.add_argument("owner", help="The agent whose memory it may read (slug).")
 
     def handle(self, *args, reader, owner, **options):
-        agents = {agent.slug: agent for agent in Agent.objects.filter(slug__in=[reader, owner]).select_related("team")}
-        for slug in (reader, owner):
-            if slug not in agents:
-                raise CommandError(f"No agent {slug!r}.")
         try:
+            agents = {slug: agent_by_slug(slug=slug) for slug in (reader, owner)}
             grant = memory_grant_give(
                 reader=agents[reader], owner=agents[owner], actor=Actor(label="manage.py grant_memory")
             )

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from agents.models import Agent
+from agents.selectors import agent_by_slug
 from agents.services import Actor, memory_grant_revoke
+from memoryhub.domain import DomainError
 
 
 class Command(BaseCommand):
@@ -12,10 +13,10 @@ class Command(BaseCommand):
         parser.add_argument("owner")
 
     def handle(self, *args, reader, owner, **options):
-        agents = {agent.slug: agent for agent in Agent.objects.filter(slug__in=[reader, owner])}
-        for slug in (reader, owner):
-            if slug not in agents:
-                raise CommandError(f"No agent {slug!r}.")
+        try:
+            agents = {slug: agent_by_slug(slug=slug) for slug in (reader, owner)}
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
         if not memory_grant_revoke(
             reader=agents[reader], owner=agents[owner], actor=Actor(label="manage.py revoke_memory_grant")
         ):

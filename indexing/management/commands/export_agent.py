@@ -3,8 +3,9 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from agents.models import Agent
+from agents.selectors import agent_by_slug
 from indexing.export import agent_export_lines
+from memoryhub.domain import DomainError
 
 
 class Command(BaseCommand):
@@ -15,9 +16,10 @@ class Command(BaseCommand):
         parser.add_argument("--output", "-o", default="-", help="File to write (default: standard output).")
 
     def handle(self, *args, slug, output, **options):
-        agent = Agent.objects.filter(slug=slug).first()
-        if agent is None:
-            raise CommandError(f"No agent {slug!r}.")
+        try:
+            agent = agent_by_slug(slug=slug)
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
         if output == "-":
             for line in agent_export_lines(agent=agent):
                 sys.stdout.write(line)

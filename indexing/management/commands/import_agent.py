@@ -5,9 +5,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
-from agents.models import Agent
+from agents.selectors import agent_by_slug
 from agents.services import agent_create
 from indexing.export import agent_import
+from memoryhub.domain import DomainError
 from memoryhub.errors import CLIENT_ERRORS, error_message
 
 
@@ -24,14 +25,17 @@ class Command(BaseCommand):
     def handle(self, *args, slug, file, **options):
         if slugify(slug) != slug:
             raise CommandError(f"{slug!r} is not a valid slug (lowercase letters, digits, '-' and '_').")
-        agent = Agent.objects.filter(slug=slug).first()
-        created = agent is None
-        if created:
-            try:
-                with transaction.atomic():
-                    agent = agent_create(slug=slug)
-            except IntegrityError:  # created meanwhile by someone else: fill it
-                agent, created = Agent.objects.get(slug=slug), False
+        try:
+            agent = agent_by_slug(slug=slug, missing_ok=True)
+            created = agent is None
+            if created:
+                try:
+                    with transaction.atomic():
+                        agent = agent_create(slug=slug)
+                except IntegrityError:  # created meanwhile by someone else: fill it
+                    agent, created = agent_by_slug(slug=slug), False
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
         try:
             if file == "-":
                 outcome = agent_import(agent=agent, lines=sys.stdin)
