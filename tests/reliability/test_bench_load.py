@@ -42,8 +42,79 @@ def test_bench_load_mixed_and_noisy_runs_report_latencies_and_no_server_errors(t
             assert victim["requests"] > 0 and "0" not in victim["statuses"], indexing
         assert indexing["noisy"]["noisy_upload"]["server_errors"] == 0
         assert indexing["victim_p95_ratio"] > 0
+
+        # Tasks run eagerly here: the backlog is worked off as it is queued, the run only has to complete.
+        out = io.StringIO()
+        call_command("bench_load", url=url, notes=2, reindex_backlog=3, victim_rate=4, duration=1, json=True, stdout=out)
+        backlog = json.loads(out.getvalue())
+        assert backlog["backlog_jobs"] == 3 and backlog["backlog_worked_off_s"] is not None, backlog
+        for phase in ("quiet", "backlog"):
+            victim = backlog[phase]["victim_indexed"]
+            assert victim["requests"] > 0 and "0" not in victim["statuses"], backlog
+        assert len(backlog["backlog_waiting_at_upload"]) == backlog["backlog"]["victim_indexed"]["requests"]
     finally:
         process.stop()
+
+
+def test_a_reindex_backlog_queues_each_agents_reembedding_in_the_background_and_it_calls_the_provider(
+    alice, bob, fake_embeddings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """--reindex-backlog's model change: the named files' chunks under another identity and none of their
+    texts in the cache, then one re-embedding job per agent, sent to the background queue; running the
+    jobs embeds every chunk again (a backlog answered from the cache would measure nothing)."""
+    from django.conf import settings
+
+    from benchmarks.management.commands.bench_load import reembedding_backlog_queue
+    from indexing import recovery
+    from indexing.models import Chunk, IndexJob, MemoryFile
+    from indexing.tasks import index_job_task
+    from indexing.writes import file_ingest
+
+    paths = ["notes/n000.md", "notes/n001.md"]
+    with django_capture_on_commit_callbacks(execute=True):  # indexed eagerly, on commit
+        for member in (alice, bob):
+            for path in [*paths, "memory/left-alone.md"]:
+                file_ingest(agent=member.agent, path=path, content=f"{member.agent.slug} wrote {path} about the blue tent")
+    assert set(MemoryFile.objects.values_list("state", flat=True)) == {"indexed"}
+    fake_embeddings.reset_counts()
+    published: list[tuple[int, str]] = []
+    monkeypatch.setattr(recovery, "_publish", lambda job_id, queue: published.append((job_id, queue)))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs = reembedding_backlog_queue(agent_ids=[alice.agent.pk, bob.agent.pk], paths=paths)
+
+    background = f"{settings.CELERY_TASK_DEFAULT_QUEUE}.background"
+    assert published == [(job, background) for job in jobs] and len(jobs) == 2
+    queued = IndexJob.objects.filter(pk__in=jobs)
+    assert sorted(queued.values_list("agent_id", "trigger", "state", "files_seen")) == sorted(
+        (member.agent.pk, "reindex", "queued", 2) for member in (alice, bob)
+    )
+    assert set(MemoryFile.objects.filter(path__in=paths).values_list("state", flat=True)) == {"pending"}
+    assert MemoryFile.objects.get(agent=alice.agent, path="memory/left-alone.md").state == "indexed"
+    assert fake_embeddings.calls == 0
+
+    for job in jobs:
+        index_job_task(job)
+    assert set(queued.values_list("state", flat=True)) == {"done"}
+    assert (fake_embeddings.calls, fake_embeddings.texts_embedded) == (2, 4)  # one call per job, every chunk
+    assert set(Chunk.objects.values_list("embedding_identity", flat=True)) == {"fake:fake-hash:64"}
+
+
+def test_a_reindex_backlog_refuses_chunks_of_another_identity_than_the_checkouts(alice, settings, fake_embeddings, django_capture_on_commit_callbacks):
+    """The command publishes the jobs itself: run with other embedding settings than the server's, it
+    would relabel and queue under an identity the server does not have."""
+    from django.core.management.base import CommandError
+
+    from benchmarks.management.commands.bench_load import reembedding_backlog_queue
+    from indexing.models import IndexJob
+    from indexing.writes import file_ingest
+
+    with django_capture_on_commit_callbacks(execute=True):
+        file_ingest(agent=alice.agent, path="notes/n000.md", content="the blue tent")
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 32
+    with pytest.raises(CommandError, match="fake:fake-hash:32"):
+        reembedding_backlog_queue(agent_ids=[alice.agent.pk], paths=["notes/n000.md"])
+    assert not IndexJob.objects.filter(trigger="reindex").exists()
 
 
 def test_a_flood_that_obeys_retry_after_waits_as_told():

@@ -24,6 +24,27 @@ server to see the server's own isolation). The flood ignores Retry-After, as a r
 flood the noisy agent with new notes; run the server with an embedding provider that takes time
 (``MEMORYHUB_EMBEDDING_PROVIDER=fake MEMORYHUB_EMBEDDING_FAKE_LATENCY=0.2``). The quiet phase starts once
 no index job is queued or running, so an earlier run's backlog does not count.
+
+``--reindex-backlog N``: an upload after a change of embedding model. N backlog agents get ``--notes`` notes
+each (their own texts, so no agent's vectors serve another's) and are indexed; the victim times its uploads
+until their job is done, first alone for ``--duration``, then right after every backlog agent was put in the
+state a model change leaves and its re-embedding job queued, until the backlog is worked off (or
+``--duration`` ends). Each upload reports how many re-embedding jobs were still waiting (queued) when it
+started and when it was done. The simulated state: the backlog's chunks carry another model's identity
+(``<provider>:<model>-previous:<dimensions>``) and the configured identity's embedding cache holds none of
+their texts. That is what a restart with another ``MEMORYHUB_EMBEDDING_MODEL`` leaves (chunks of the old
+identity, no vector of the new one anywhere), so vector search ignores them and re-embedding has to call
+the provider; the jobs are queued by ``agent_reembed``, the service the maintenance sweep calls for each
+agent with stale chunks, so they go wherever this checkout's code sends re-embedding (``job_queue``). Run
+the server with an embedding provider that takes time, and the command with the server's embedding,
+``REDIS_URL`` and ``MEMORYHUB_TASK_QUEUE`` settings (it publishes the jobs itself):
+
+    MEMORYHUB_EMBEDDING_PROVIDER=fake MEMORYHUB_EMBEDDING_FAKE_LATENCY=1 \
+        python manage.py bench_load --url http://127.0.0.1:8000 --reindex-backlog 40 --notes 3 --victim-rate 1 --duration 30
+
+One queue for everything (the behaviour before re-indexing had a queue of its own) is the code before
+commit 8b4c433: run the server from a checkout of its parent, f59283c, with this file copied in, and the
+command from there too (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -150,21 +171,38 @@ class Command(BaseCommand):
             "--noisy-indexing", action="store_true",
             help="the noisy-neighbour run for indexing: the victim's upload-to-indexed time while another agent floods uploads",
         )
+        parser.add_argument(
+            "--reindex-backlog", type=int, default=0, metavar="N",
+            help="an upload after a change of embedding model: the victim's upload-to-indexed time alone, then while N "
+            "other agents' re-embedding jobs (--notes notes each) are worked off",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **options):
         if not 0 <= options["search_share"] <= 1 or options["clients"] < 1 or options["duration"] <= 0 or options["rounds"] < 1:
             raise CommandError("--clients ≥ 1, --duration > 0, --rounds ≥ 1 and --search-share in 0..1")
+        if options["reindex_backlog"] < 0 or (options["reindex_backlog"] and options["notes"] < 1):
+            raise CommandError("--reindex-backlog N needs N ≥ 0 and --notes ≥ 1")
         url = options["url"].rstrip("/")
         self.flood_client_nice = options["flood_client_nice"]
-        tokens = self._agents(2 if options["noisy"] or options["noisy_indexing"] else options["agents"])
+        backlog = options["reindex_backlog"]
+        if backlog:
+            count = 1 + backlog
+        else:
+            count = 2 if options["noisy"] or options["noisy_indexing"] else options["agents"]
+        tokens = self._agents(count)
         seed = Client(url, options["timeout"])
-        for token in tokens:
+        for n, token in enumerate(tokens):
             for i in range(options["notes"]):
-                status = seed.send("PUT", f"/api/v1/files/notes/n{i:03}.md", token, _note(i).encode(), "text/markdown")
+                # The backlog's agents each get texts of their own, so that no agent's re-embedding is
+                # answered from the cache another's filled.
+                body = _note(i, float(n) if backlog else 0.0).encode()
+                status = seed.send("PUT", f"/api/v1/files/{_note_path(i)}", token, body, "text/markdown")
                 if status >= 400 and status != 429:
                     raise CommandError(f"seeding failed: PUT answered {status} (is --url this checkout's server?)")
-        if options["noisy_indexing"]:
+        if backlog:
+            report = self._reindex_backlog(url, tokens, options)
+        elif options["noisy_indexing"]:
             report = self._noisy_indexing(url, tokens, options)
         elif options["noisy"]:
             report = self._noisy(url, tokens, options)
@@ -174,7 +212,7 @@ class Command(BaseCommand):
             key: options[key]
             for key in (
                 "url", "clients", "duration", "agents", "search_share", "noisy", "flood_rate", "flood_obeys_retry_after",
-                "flood_client_nice", "rounds",
+                "flood_client_nice", "rounds", "reindex_backlog", "notes", "victim_rate",
             )
         }
         if options["json"]:
@@ -262,27 +300,10 @@ class Command(BaseCommand):
         (e.g. MEMORYHUB_EMBEDDING_PROVIDER=fake MEMORYHUB_EMBEDDING_FAKE_LATENCY=0.2): what is measured
         is how long the victim's work waits behind the flood's in the shared worker queue."""
         victim, noisy = tokens
-        pause, duration = 1.0 / options["victim_rate"], options["duration"]
+        duration = options["duration"]
 
         def victim_loop() -> dict[str, Kind]:
-            kinds: dict[str, Kind] = {}
-            client, stop_at, n = Client(url, options["timeout"]), time.monotonic() + duration, 0
-            while time.monotonic() < stop_at:
-                n += 1
-                started = time.perf_counter()
-                body = f"# Victim {n}\n\nThe {random.choice(WORDS)} note {n} {random.random():.6f}\n".encode()
-                status, answer = client.call("PUT", f"/api/v1/files/victim/v{n:04}.md", victim, body, "text/markdown")
-                state = "no job"
-                while status in (200, 201) and answer.get("job") and time.perf_counter() - started < options["timeout"]:
-                    _, job = client.call("GET", f"/api/v1/jobs/{answer['job']}", victim, None, "application/json")
-                    state = job.get("state")
-                    if state in ("done", "failed"):
-                        break
-                    time.sleep(0.05)
-                elapsed = time.perf_counter() - started
-                kinds.setdefault("victim_indexed", Kind()).add(elapsed, status if state == "done" else 0)
-                time.sleep(max(0.0, pause - elapsed))
-            return kinds
+            return self._victim_uploads(url, victim, options, duration)
 
         settled_in = _queue_settled(options["timeout"] * 10)
         quiet = victim_loop()
@@ -303,6 +324,79 @@ class Command(BaseCommand):
             "victim_p95_ratio": round(loud_summary["p95_ms"] / quiet_summary["p95_ms"], 2),
         }
 
+    def _victim_uploads(
+        self, url: str, victim: str, options, duration: float, *, until=None, observe=None
+    ) -> dict[str, Kind]:
+        """The victim uploads a new note every 1/--victim-rate seconds and times each until its job is done
+        (polling GET jobs/<id>; a job that failed or did not finish within --timeout counts as status 0),
+        for ``duration`` seconds or until ``until()`` is true after an upload (so at least one is timed);
+        ``observe(at_done)`` is called before each upload (False) and once it is done (True)."""
+        kinds: dict[str, Kind] = {}
+        pause = 1.0 / options["victim_rate"]
+        client, stop_at, n = Client(url, options["timeout"]), time.monotonic() + duration, 0
+        while time.monotonic() < stop_at and not (n and until and until()):
+            n += 1
+            if observe:
+                observe(False)
+            started = time.perf_counter()
+            body = f"# Victim {n}\n\nThe {random.choice(WORDS)} note {n} {random.random():.6f}\n".encode()
+            status, answer = client.call("PUT", f"/api/v1/files/victim/v{n:04}.md", victim, body, "text/markdown")
+            state = "no job"
+            while status in (200, 201) and answer.get("job") and time.perf_counter() - started < options["timeout"]:
+                _, job = client.call("GET", f"/api/v1/jobs/{answer['job']}", victim, None, "application/json")
+                state = job.get("state")
+                if state in ("done", "failed"):
+                    break
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            kinds.setdefault("victim_indexed", Kind()).add(elapsed, status if state == "done" else 0)
+            if observe:
+                observe(True)
+            time.sleep(max(0.0, pause - elapsed))
+        return kinds
+
+    def _reindex_backlog(self, url: str, tokens: list[str], options) -> dict:
+        """The victim's upload-to-indexed time alone, then right after every other agent was given a
+        re-embedding job as after a change of embedding model (``reembedding_backlog_queue``), while that
+        backlog is worked off. Run the server with an embedding provider that takes time."""
+        from agents.models import Agent
+        from indexing.models import IndexJob
+        from indexing.states import ACTIVE_JOBS
+
+        victim = tokens[0]
+        backlog_agents = [f"bench-load-{i:02}" for i in range(1, len(tokens))]
+        agent_ids = list(Agent.objects.filter(slug__in=backlog_agents).values_list("id", flat=True))
+        paths = [_note_path(i) for i in range(options["notes"])]
+        settled_in = _queue_settled(options["timeout"] * 10)
+        quiet = self._victim_uploads(url, victim, options, options["duration"])
+
+        jobs = reembedding_backlog_queue(agent_ids=agent_ids, paths=paths)
+        queued_at = time.monotonic()
+        waiting = {False: [], True: []}  # backlog jobs still queued when each upload started / was done
+
+        def observe(at_done: bool) -> None:
+            waiting[at_done].append(_jobs_in(jobs, (IndexJob.State.QUEUED,)))
+
+        loud = self._victim_uploads(
+            url, victim, options, options["duration"], until=lambda: not _jobs_in(jobs, ACTIVE_JOBS), observe=observe
+        )
+        left = _jobs_in(jobs, ACTIVE_JOBS)
+        worked_off = _jobs_finished(jobs, options["timeout"] * 10)
+        quiet_summary, loud_summary = quiet["victim_indexed"].summary(), loud["victim_indexed"].summary()
+        return {
+            "queue_settled_before_s": settled_in,
+            "backlog_jobs": len(jobs),
+            "quiet": {"victim_indexed": quiet_summary},
+            "backlog": {"victim_indexed": loud_summary},
+            "backlog_waiting_at_upload": waiting[False],
+            "backlog_waiting_when_indexed": waiting[True],
+            "backlog_left_after_phase": left,
+            # From the queueing to the last backlog job's end (None: not within 10 × --timeout).
+            "backlog_worked_off_s": round(time.monotonic() - queued_at, 1) if worked_off else None,
+            "victim_p50_ratio": round(loud_summary["p50_ms"] / quiet_summary["p50_ms"], 2),
+            "victim_p95_ratio": round(loud_summary["p95_ms"] / quiet_summary["p95_ms"], 2),
+        }
+
     def _mixed(self, url: str, tokens: list[str], options) -> dict:
         share = options["search_share"]
 
@@ -311,7 +405,7 @@ class Command(BaseCommand):
             if random.random() < share:
                 return ("search", "POST", "/api/v1/search", token, _question(), "application/json", 0)
             i = random.randrange(options["notes"] * 2)
-            return ("upload", "PUT", f"/api/v1/files/notes/n{i:03}.md", token, _note(i, random.random()).encode(), "text/markdown", 0)
+            return ("upload", "PUT", f"/api/v1/files/{_note_path(i)}", token, _note(i, random.random()).encode(), "text/markdown", 0)
 
         started = time.monotonic()
         kinds = self._run(url, [pick] * options["clients"], options["duration"], options["timeout"])
@@ -393,6 +487,72 @@ def _queue_settled(limit: float) -> float:
     while IndexJob.objects.filter(state__in=ACTIVE_JOBS).exists() and time.monotonic() - started < limit:
         time.sleep(1)
     return round(time.monotonic() - started, 1)
+
+
+def _jobs_in(job_ids: list[int], states) -> int:
+    from indexing.models import IndexJob
+
+    return IndexJob.objects.filter(pk__in=job_ids, state__in=states).count()
+
+
+def _jobs_finished(job_ids: list[int], limit: float) -> bool:
+    """Wait (up to ``limit`` seconds) until none of these jobs is queued or running; False if some still are."""
+    from indexing.states import ACTIVE_JOBS
+
+    started = time.monotonic()
+    while _jobs_in(job_ids, ACTIVE_JOBS):
+        if time.monotonic() - started > limit:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+# The model a backlog's chunks are said to have been embedded with (reembedding_backlog_queue).
+PREVIOUS_MODEL_SUFFIX = "-previous"
+
+
+def reembedding_backlog_queue(*, agent_ids: list[int], paths: list[str]) -> list[int]:
+    """Put these agents' files at ``paths`` in the state a change of embedding model leaves, and queue
+    their re-embedding as the maintenance sweep does; the jobs queued, one per agent.
+
+    A restart with another MEMORYHUB_EMBEDDING_MODEL leaves every chunk under the old identity and no
+    vector of the new one, in the chunks or in the shared embedding cache. Here the files' chunks are
+    relabelled with the configured identity's model plus ``-previous`` (same provider and dimensions, as
+    a change between two models of one size), and the configured identity's cache entries for their
+    texts are deleted, so re-embedding calls the provider for every chunk as it would after a real
+    change. The jobs come from ``agent_reembed`` (indexing/maintenance.py), published on commit by the
+    code's own ``job_queue``. All of it is one transaction: a maintenance sweep running meanwhile sees
+    either nothing stale or the files already pending, never queues them a second time."""
+    from django.db import transaction
+
+    from agents.models import Agent
+    from indexing.embedding_identity import configured_identity
+    from indexing.maintenance import agent_reembed
+    from indexing.models import Chunk, EmbeddingCache
+
+    identity = configured_identity()
+    if not identity.has_vectors:
+        raise CommandError("a re-embedding backlog needs an embedding provider (MEMORYHUB_EMBEDDING_PROVIDER)")
+    chunks = Chunk.objects.filter(agent_id__in=agent_ids, file__path__in=paths)
+    found = set(chunks.values_list("embedding_identity", flat=True).distinct())
+    if found != {identity.key}:
+        raise CommandError(
+            f"the backlog's chunks carry {sorted(found)}, not this checkout's {identity.key!r}: run the command with "
+            "the server's MEMORYHUB_EMBEDDING_* settings, once the backlog's notes are indexed"
+        )
+    previous = f"{identity.provider}:{identity.model}{PREVIOUS_MODEL_SUFFIX}:{identity.dimensions}"
+    with transaction.atomic():
+        digests = list(chunks.values_list("text_hash", flat=True))
+        EmbeddingCache.objects.filter(
+            provider=identity.provider, model=identity.model, dimensions=identity.dimensions, text_hash__in=digests
+        ).delete()
+        chunks.update(embedding_identity=previous)
+        jobs = [agent_reembed(agent=agent) for agent in Agent.objects.filter(id__in=agent_ids).order_by("id")]
+    return [job.id for job in jobs if job is not None]
+
+
+def _note_path(i: int) -> str:
+    return f"notes/n{i:03}.md"
 
 
 def _note(i: int, salt: float = 0.0) -> str:
