@@ -74,7 +74,8 @@ def post_request(worker, req, environ, resp):
     """A request refused with 429 is not counted towards max_requests. It did almost no work (the cheap
     refusal is the first middleware), and a flood that ignores its waits sends hundreds a second: counted,
     they recycled every worker each few seconds, and each restart is paid by every tenant's requests on it.
-    gunicorn counted the request before the app ran; this hook runs after the response."""
+    gunicorn counted the request before the app ran; this hook runs after the response. A refusal the
+    middleware marked for holding (the client ignored its told wait) is passed on to HoldingThreadWorker."""
     if resp is not None and resp.status_code == 429:
         worker.nr -= 1
         hold = environ.get(HOLD_ENVIRON_KEY)
