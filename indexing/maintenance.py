@@ -17,7 +17,7 @@ from agents.models import Agent
 from indexing.embedding_identity import configured_identity
 from indexing.locks import agent_lock, files_lock, files_update
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.recovery import agent_deletion_dispatch, job_enqueue_on_commit
+from indexing.recovery import LIVE_AGENT, agent_deletion_dispatch, job_enqueue_on_commit
 from indexing.services import index_job_fail
 from indexing.states import IN_FLIGHT, OWNING_JOBS, job_to_queued, to_pending
 from memoryhub.domain import NotFound
@@ -92,10 +92,6 @@ def files_requeue_under_new_job(*, agent_id: int, file_ids: list[int], now: date
         MemoryFile.objects.filter(id__in=file_ids, state=State.FAILED).update(job=job, updated_at=now)
         job_enqueue_on_commit(job_id=job.id, trigger=job.trigger)
     return job
-
-
-# Rows of agents not being deleted (a filter on an IndexJob's or a MemoryFile's agent).
-LIVE_AGENT = Q(agent__deletion_requested_at__isnull=True)
 
 
 def agent_deletions_redispatch(*, cutoff: datetime) -> list[int]:

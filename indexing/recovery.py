@@ -53,6 +53,11 @@ PROBE_TEXT = "memoryhub provider probe"
 BACKGROUND_TRIGGERS = frozenset({IndexJob.Trigger.REINDEX, IndexJob.Trigger.SCHEDULE})
 
 
+# Rows of agents not being deleted (a filter on an IndexJob's or a MemoryFile's agent): no sweep queues
+# anything of an agent whose rows are on their way out.
+LIVE_AGENT = Q(agent__deletion_requested_at__isnull=True)
+
+
 def job_queue(trigger: str) -> str:
     """The queue a job of this trigger is published to: the main queue, or ``<main>.background``."""
     from memoryhub.observability import background_queue_name, index_queue_name
@@ -179,7 +184,7 @@ def abandoned_files_recover(*, now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.MEMORYHUB_INDEX_LEASE_SECONDS)
     abandoned = list(
-        MemoryFile.objects.filter(state=State.INDEXING, updated_at__lt=cutoff, agent__deletion_requested_at__isnull=True)
+        MemoryFile.objects.filter(LIVE_AGENT, state=State.INDEXING, updated_at__lt=cutoff)
         .values_list("id", "agent_id", "job_id", "job__trigger")
     )
     if not abandoned:
@@ -218,7 +223,7 @@ def _provider_failed_files():
     provider_failure = Q()
     for prefix in PROVIDER_FAILURE_PREFIXES:
         provider_failure |= Q(last_error__startswith=prefix)
-    return MemoryFile.objects.filter(provider_failure, state=State.FAILED, agent__deletion_requested_at__isnull=True)
+    return MemoryFile.objects.filter(provider_failure, LIVE_AGENT, state=State.FAILED)
 
 
 def provider_recovery_probe() -> list[int]:
