@@ -23,6 +23,17 @@ def wait_for(condition, *, timeout=20.0):
     return False
 
 
+def stop_or_explain(process, *, timeout=20.0) -> tuple[str, str]:
+    """The stopped process's output; a process still running after ``timeout`` seconds fails the test
+    with the stack of each of its threads (faulthandler on SIGABRT) instead of a bare timeout."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        out, err = process.communicate(timeout=timeout)
+        pytest.fail(f"the watch did not stop within {timeout:g} s of Ctrl-C; its threads:\n{err}\nstdout:\n{out}")
+
+
 def server_contents(agent) -> dict[str, str]:
     return dict(MemoryFile.objects.filter(agent=agent).values_list("path", "content"))
 
@@ -31,7 +42,9 @@ def test_watch_pushes_at_start_then_once_per_burst_of_changes_until_ctrl_c(hub, 
     root = tmp_path / "ws"
     write(root, "MEMORY.md", "# Memory\n\nfirst version\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "memoryhub_client", "watch", str(root), "--url", hub.url, "--debounce", "2"],
+        # -X faulthandler: if the process does not stop, SIGABRT makes it print every thread's stack
+        [sys.executable, "-X", "faulthandler", "-m", "memoryhub_client", "watch", str(root), "--url", hub.url,
+         "--debounce", "2"],
         env={**os.environ, "MEMORYHUB_TOKEN": hub.member.raw_token, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -53,7 +66,7 @@ def test_watch_pushes_at_start_then_once_per_burst_of_changes_until_ctrl_c(hub, 
         time.sleep(3)  # longer than the debounce: a push would have started by now
     finally:
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=20)
+        out, err = stop_or_explain(process)
 
     assert process.returncode == 0, err
     assert "watching" in err and "stopped" in err and "Traceback" not in err
