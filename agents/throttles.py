@@ -33,7 +33,7 @@ from agents.models import Agent, AgentToken
 from agents.services import token_digest
 from memoryhub import metrics
 from memoryhub.errors import ApiError, error_body, is_api_path
-from memoryhub.gunicorn_worker import HOLD_ENVIRON_KEY
+from memoryhub.gunicorn_worker import HOLD_ENVIRON_KEY, SENDER_ENVIRON_KEY
 from memoryhub.ratelimit import Rate, ignored_waits, rate_limit_hit, rate_limit_hold
 
 _penalties: dict[tuple[str, str], float] = {}  # (token digest, bucket) → monotonic time the wait ends
@@ -174,6 +174,7 @@ class RateLimitedTokensMiddleware:
         if scheme.lower() != "bearer" or not raw.strip() or not is_api_path(request.path):
             return self.get_response(request)
         digest = token_digest(raw.strip())
+        request.META[SENDER_ENVIRON_KEY] = digest[:24]  # gunicorn's worker holds no connection two senders share
         bucket = request_bucket(request.method, request.path)
         now = time.monotonic()
         wait = _penalties.get((digest, bucket), 0.0) - now if _penalties else 0.0

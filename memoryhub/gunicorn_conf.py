@@ -13,7 +13,7 @@ request thread and kept it, until Postgres refused new clients for good).
 import os
 
 from memoryhub.env import env_int
-from memoryhub.gunicorn_worker import HOLD_ENVIRON_KEY, HOLD_REQUEST_ATTRIBUTE
+from memoryhub.gunicorn_worker import HOLD_ENVIRON_KEY, HOLD_REQUEST_ATTRIBUTE, SENDER_ENVIRON_KEY, SENDER_REQUEST_ATTRIBUTE
 
 workers = int(os.environ.get("MEMORYHUB_WEB_WORKERS", "2"))
 threads = int(os.environ.get("MEMORYHUB_WEB_THREADS", "8"))
@@ -75,7 +75,10 @@ def post_request(worker, req, environ, resp):
     refusal is the first middleware), and a flood that ignores its waits sends hundreds a second: counted,
     they recycled every worker each few seconds, and each restart is paid by every tenant's requests on it.
     gunicorn counted the request before the app ran; this hook runs after the response. A refusal the
-    middleware marked for holding (the client ignored its told wait) is passed on to HoldingThreadWorker."""
+    middleware marked for holding (the client ignored its told wait) is passed on to HoldingThreadWorker,
+    and so is every request's sender (the worker holds no connection that several senders share)."""
+    if req is not None:
+        setattr(req, SENDER_REQUEST_ATTRIBUTE, environ.get(SENDER_ENVIRON_KEY, ""))
     if resp is not None and resp.status_code == 429:
         worker.nr -= 1
         hold = environ.get(HOLD_ENVIRON_KEY)

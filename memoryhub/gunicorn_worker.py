@@ -16,6 +16,11 @@ when the wait is over. A flood of N connections is served at most N requests per
 as it sends. A client that waits as told never sends early and is never held. At most
 ``HELD_SHARE`` of the worker's connections are held at once; past that a refused connection is closed
 instead (a flood of many connections must not take the slots other clients connect through).
+
+Only a connection that has carried one token's requests and nobody else's is held. A host that sends
+several agents' requests over one keep-alive connection, or a proxy that pools its connections to this
+server, would otherwise have another tenant's next request wait unread behind the one that ignored its
+wait; such a shared connection is answered 429 as any other, request by request.
 """
 
 import heapq
@@ -27,6 +32,9 @@ from gunicorn.workers.gthread import ThreadWorker
 # The environ key the middleware sets, and the attribute post_request copies it to on gunicorn's request.
 HOLD_ENVIRON_KEY = "memoryhub.hold_seconds"
 HOLD_REQUEST_ATTRIBUTE = "memoryhub_hold_seconds"
+# Who sent the request (a digest of its bearer token; absent for a request without one), copied the same way.
+SENDER_ENVIRON_KEY = "memoryhub.sender"
+SENDER_REQUEST_ATTRIBUTE = "memoryhub_sender"
 HELD_SHARE = 0.25  # of worker_connections
 
 
@@ -38,7 +46,12 @@ class HoldingThreadWorker(ThreadWorker):
 
     def handle_request(self, req, conn):
         keepalive = super().handle_request(req, conn)  # runs post_request, which marks `req`
-        hold = getattr(req, HOLD_REQUEST_ATTRIBUTE, 0)
+        sender = getattr(req, SENDER_REQUEST_ATTRIBUTE, "")
+        if not hasattr(conn, "memoryhub_sender"):
+            conn.memoryhub_sender = sender  # the first request's sender
+        elif conn.memoryhub_sender != sender:
+            conn.memoryhub_sender = None  # shared by several senders: never held from now on
+        hold = getattr(req, HOLD_REQUEST_ATTRIBUTE, 0) if conn.memoryhub_sender is not None else 0
         conn.memoryhub_hold_until = time.monotonic() + hold if hold else 0.0
         return keepalive
 

@@ -124,3 +124,49 @@ def test_only_a_request_sent_before_its_told_wait_is_marked_for_holding(alice, s
     settings.MEMORYHUB_RATE_LIMIT_HOLD_SECONDS = 0
     again = search()
     assert again.status_code == 429 and HOLD_ENVIRON_KEY not in again.wsgi_request.META
+
+
+@pytest.fixture
+def long_hold_server(tmp_path):
+    """As limited_server, with holds as long as the limiter's minute, so that a held connection cannot pass
+    for a served one on a slow machine."""
+    process, url = start_gunicorn(
+        tmp_path, "--threads", "1", "--worker-connections", "4",
+        MEMORYHUB_WEB_WORKERS=1, MEMORYHUB_RATE_LIMIT_SEARCH="1/min", MEMORYHUB_RATE_LIMIT_HOLD_SECONDS=60,
+        MEMORYHUB_LOG_FORMAT="text",
+    )
+    yield url
+    process.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_several_tokens_share_is_never_held(alice, bob, long_hold_server):
+    # One keep-alive connection carrying two agents' requests (a host with one HTTP session, a pooling proxy).
+    shared = _request(long_hold_server, bob.raw_token)
+    assert _answer(shared, 60) == 200
+    _send(shared, alice.raw_token)
+    assert _answer(shared, 60) == 200
+    _send(shared, alice.raw_token)
+    assert _answer(shared, 60) == 429  # the limiter: alice is told to wait a minute
+    _send(shared, alice.raw_token)
+    assert _answer(shared, 60) == 429  # alice ignored her wait: a connection of hers alone is held here
+
+    # bob's next request on the same connection is read and answered, not left unread for alice's minute.
+    _send(shared, bob.raw_token, path="/api/v1/files", body=b"")
+    assert _answer(shared, 30) == 200
+    shared.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_of_one_token_is_held_for_the_whole_wait(alice, long_hold_server):
+    # The control of the test above: the same requests from alice alone, and her connection is held.
+    flood = _request(long_hold_server, alice.raw_token)
+    assert _answer(flood, 60) == 200
+    _send(flood, alice.raw_token)
+    assert _answer(flood, 60) == 429
+    _send(flood, alice.raw_token)
+    assert _answer(flood, 60) == 429
+
+    _send(flood, alice.raw_token, path="/api/v1/files", body=b"")
+    assert _answer(flood, 30) is None  # still held, well inside the minute
+    flood.close()
