@@ -181,7 +181,11 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5, team_ids: f
     def scoped(queryset, team_field="agent__team"):
         return queryset if team_ids is None else queryset.filter(**{f"{team_field}__in": team_ids})
 
-    agents = scoped(Agent.objects.all(), "team").aggregate(total=Count("id"), active=Count("id", filter=Q(is_active=True)))
+    # An agent being deleted is gone for its tokens already (agents/deletion.py): counted apart, not as live.
+    live = Q(deletion_requested_at__isnull=True)
+    agents = scoped(Agent.objects.all(), "team").aggregate(
+        total=Count("id", filter=live), active=Count("id", filter=live & Q(is_active=True)), deleting=Count("id", filter=~live)
+    )
     tokens = scoped(AgentToken.objects.all()).aggregate(
         active=Count("id", filter=Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
     )

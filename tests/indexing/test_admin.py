@@ -7,7 +7,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from agents.models import Agent
 from indexing.embeddings import ProviderPermanentError
 from indexing.maintenance import file_reindex, index_job_retry
 from indexing.models import IndexJob
@@ -164,6 +166,15 @@ def test_the_dashboard_shows_totals_failures_and_the_cache_hit_rate(operator, al
     assert stats["cache"]["hit_rate_day"] == 0.5  # bob's two chunks cost no embedding call
     html = page.content.decode()
     assert "50 %" in html and "the disk is on fire" in html and "jobs in the last hour" in html
+
+
+def test_the_dashboard_counts_an_agent_being_deleted_apart_from_the_live_ones(operator, alice, bob):
+    Agent.objects.filter(pk=bob.agent.pk).update(deletion_requested_at=timezone.now())  # its purge not yet run
+
+    page = operator.get("/admin/")
+
+    assert page.context["dashboard"]["agents"] == {"total": 1, "active": 1, "deleting": 1}
+    assert "1 being deleted" in page.content.decode()
 
 
 def test_the_dashboard_costs_the_same_queries_with_more_data(operator, make_member, django_assert_max_num_queries):
