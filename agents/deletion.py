@@ -8,7 +8,8 @@ the agent could never be deleted. So deletion is two steps:
    transaction, with its audit event, and publishes ``agent_delete_task`` on the background queue once
    that commits. From then on the agent is gone for its users: its tokens are refused (401), grants from
    and to it give nothing, its writes and new index jobs are refused, and a running job stops.
-2. ``agent_purge`` (the task) deletes its rows in batches of MEMORYHUB_AGENT_DELETE_BATCH_ROWS, each in
+2. ``agent_purge`` (the task) asks the embedding provider to cancel the agent's batches still in flight
+   (nobody will collect them), then deletes its rows in batches of MEMORYHUB_AGENT_DELETE_BATCH_ROWS, each in
    its own transaction: chunks first (on the agent's partition), then files, embedding batches, jobs,
    and every other table that references the agent (found through Django's relations, so a new one is
    covered), and the agent's row last, once nothing references it.
@@ -47,6 +48,7 @@ FINAL_ROUNDS = 3
 class PurgeOutcome:
     deleted: dict[str, int] = field(default_factory=dict)  # rows per table
     batches: int = 0
+    batches_cancelled: int = 0  # embedding batches the provider accepted to cancel
     finished: bool = False  # the agent's row is gone (or was already)
     skipped: str = ""  # why nothing was done (another run holds the agent)
     seconds: float = 0.0
@@ -158,7 +160,20 @@ def _check(deadline: float) -> None:
         raise BudgetSpent
 
 
+def _batches_cancel(*, agent_id: int, outcome: PurgeOutcome, deadline: float) -> None:
+    """The agent's embedding batches still at the provider are cancelled first: nobody will collect them,
+    and a batch left to run is paid in full. Outside any transaction (each is a call to the provider)."""
+    from indexing.embedding_batches import UNFINISHED, embedding_batch_cancel
+    from indexing.models import EmbeddingBatch
+
+    for batch in EmbeddingBatch.objects.filter(agent_id=agent_id, state__in=UNFINISHED).order_by("pk"):
+        _check(deadline)
+        if embedding_batch_cancel(batch=batch, why="cancelled: its agent is being deleted"):
+            outcome.batches_cancelled += 1
+
+
 def _purge_rounds(*, agent_id: int, outcome: PurgeOutcome, deadline: float) -> None:
+    _batches_cancel(agent_id=agent_id, outcome=outcome, deadline=deadline)
     for _ in range(FINAL_ROUNDS):
         _chunks_delete(agent_id=agent_id, outcome=outcome, deadline=deadline)
         _files_delete(agent_id=agent_id, outcome=outcome, deadline=deadline)

@@ -128,6 +128,14 @@ class OpenAIBatchAPI:
             poll.failed = f"openai batch {batch.status}" + (f": {reasons}" if reasons else "")
         return poll
 
+    def cancel(self, remote_id: str) -> None:
+        import openai
+
+        try:
+            self.client.batches.cancel(remote_id)
+        except openai.OpenAIError as exc:
+            raise _provider_error(exc, f"cancelling openai batch {remote_id}") from None
+
     def _read(self, text: str, poll: BatchPoll) -> None:
         """Output and error files: one JSON line per request, ``custom_id`` and ``response`` (status_code,
         body) or ``error``."""
@@ -203,6 +211,9 @@ class GeminiBatchAPI:
             error = operation.get("error") or {}
             poll.failed = f"gemini batch {state or 'failed'}" + (f": {error.get('message')}" if error.get("message") else "")
         return poll
+
+    def cancel(self, remote_id: str) -> None:
+        self._call(f"{self.provider.base_url}/{remote_id}:cancel", {}, what=f"cancelling gemini batch {remote_id}")
 
     def _call(self, url: str, body: dict | None, *, what: str) -> dict:
         from indexing.embedding_http import _error_message
@@ -327,6 +338,34 @@ def embedding_batches_in_flight(*, batches: list[EmbeddingBatch]) -> None:
 
 
 # --- collecting -----------------------------------------------------------------------------------
+
+
+def embedding_batch_cancel(*, batch: EmbeddingBatch, why: str) -> bool:
+    """Ask the provider to cancel a batch nobody will collect (its agent is being deleted), so that it is
+    not run and paid in full; then mark it failed with ``why``, so it is not asked twice. Best effort: a
+    provider that refuses or does not answer (within its request timeout) is logged, and the batch ends
+    in the provider's own completion window. True when the provider accepted the cancellation."""
+    from indexing.embeddings import get_provider
+
+    provider = get_provider()
+    api = batch_api_of(provider)
+    accepted = False
+    if not batch.remote_id:
+        pass  # never reached the provider (a submission that died): nothing to cancel
+    elif api is None or provider.identity.provider != batch.provider:
+        why += f" (not cancelled at {batch.provider}: it is no longer the configured provider)"
+    else:
+        try:
+            api.cancel(batch.remote_id)
+            accepted = True
+        except Exception as exc:  # a ProviderError, or an answer of a shape the SDK did not expect
+            logger.warning("embedding batch %s (%s): the provider did not cancel it: %s", batch.pk, batch.remote_id, exc)
+            why += f" (the provider did not cancel it: {exc.__class__.__name__}: {exc})"
+    EmbeddingBatch.objects.filter(pk=batch.pk, state__in=UNFINISHED).update(
+        state=BatchState.FAILED, error=why[:2000], remote_status="cancelled" if accepted else batch.remote_status,
+        finished_at=timezone.now(),
+    )
+    return accepted
 
 
 @dataclass

@@ -45,6 +45,8 @@ class BatchEmbeddingServer:
         self.sync_inputs: list[str] = []  # texts embedded through the synchronous endpoint
         self.submitted_inputs: list[str] = []  # texts sent in batches
         self.polls = 0
+        self.cancelled: list[str] = []  # batch ids a cancel was asked for
+        self.cancel_failures = 0  # the next n cancels answer 500
         self.poll_failures = 0  # the next n polls answer 503
         # hold_downloads(): result downloads wait until release_downloads(); downloads_waiting is set
         # when one is held (a test kills the worker collecting a batch there).
@@ -134,6 +136,9 @@ class BatchEmbeddingServer:
     def post(self, path: str, headers: dict, raw: bytes):
         if not self._authorised(headers):
             return 401, self._error("invalid api key")
+        cancel = re.fullmatch(r"/v1/batches/([\w-]+)/cancel" if self.api == "openai" else r"/v1beta/(batches/[\w-]+):cancel", path)
+        if cancel:
+            return self._cancel(cancel.group(1))
         try:
             if self.api == "openai":
                 if path == "/v1/files":
@@ -249,7 +254,8 @@ class BatchEmbeddingServer:
         return 200, self._gemini_operation(name)
 
     _GEMINI_STATES = {"in_progress": "BATCH_STATE_RUNNING", "completed": "BATCH_STATE_SUCCEEDED",
-                      "expired": "BATCH_STATE_EXPIRED", "failed": "BATCH_STATE_FAILED"}
+                      "expired": "BATCH_STATE_EXPIRED", "failed": "BATCH_STATE_FAILED",
+                      "cancelled": "BATCH_STATE_CANCELLED"}
 
     def _gemini_operation(self, name: str) -> dict:
         batch = self.batches[name]
@@ -281,6 +287,17 @@ class BatchEmbeddingServer:
         return 200, {"embeddings": [{"values": self.vector(text, dims)} for text in texts]}
 
     # --- finishing a batch ----------------------------------------------------------------------------
+
+    def _cancel(self, batch_id: str):
+        if self.cancel_failures:
+            self.cancel_failures -= 1
+            return 500, self._error("the service had an internal error")
+        if batch_id not in self.batches:  # the handler holds self.lock
+            return 404, self._error(f"no such batch {batch_id}")
+        self.cancelled.append(batch_id)
+        if self.batches[batch_id]["state"] == "in_progress":
+            self._finish(batch_id, "cancelled", keep=0)
+        return 200, (self._openai_batch(batch_id) if self.api == "openai" else {})
 
     def _maybe_auto_complete(self, batch_id: str) -> None:
         if self.auto_complete and self.batches[batch_id]["state"] == "in_progress":

@@ -11,6 +11,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from agents.deletion import agent_purge
+from agents.models import Agent
+from agents.services import agent_delete
 from indexing.embedding_batches import embedding_batches_collect
 from indexing.maintenance import index_maintenance
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
@@ -301,3 +304,32 @@ def test_a_batch_is_not_collected_before_its_job_waits_and_a_dead_submission_is_
     # Its job is not left waiting on it: it runs again and embeds synchronously.
     assert IndexJob.objects.get(pk=outcome.job.pk).state == "done"
     assert sorted(server.sync_inputs) == sorted(server.submitted_inputs)
+
+
+def test_deleting_an_agent_cancels_its_batches_still_at_the_provider(alice, bob, server, indexed):
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+        workspace_sync(agent=bob.agent, entries=notes(12, tag=" again"))
+    alices, bobs = (EmbeddingBatch.objects.get(agent=member.agent) for member in (alice, bob))
+    assert alices.state == bobs.state == "in_flight"
+
+    agent_delete(agent=alice.agent, actor=None)
+    outcome = agent_purge(agent_id=alice.agent.pk)
+
+    assert outcome.finished and outcome.batches_cancelled == 1
+    assert server.cancelled == [alices.remote_id]  # not run, not paid for: nobody would collect it
+    assert list(EmbeddingBatch.objects.values_list("pk", "state")) == [(bobs.pk, "in_flight")]  # bob's goes on
+
+
+def test_a_provider_that_does_not_cancel_does_not_hold_up_the_deletion(alice, server, indexed, caplog):
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    server.cancel_failures = 1
+
+    agent_delete(agent=alice.agent, actor=None)
+    outcome = agent_purge(agent_id=alice.agent.pk)
+
+    assert outcome.finished and outcome.batches_cancelled == 0 and server.cancelled == []
+    assert not Agent.objects.filter(pk=alice.agent.pk).exists() and not EmbeddingBatch.objects.exists()
+    assert f"embedding batch {batch.pk} ({batch.remote_id}): the provider did not cancel it" in caplog.text
