@@ -340,34 +340,6 @@ def embedding_batches_in_flight(*, batches: list[EmbeddingBatch]) -> None:
 # --- collecting -----------------------------------------------------------------------------------
 
 
-def embedding_batch_cancel(*, batch: EmbeddingBatch, why: str) -> bool:
-    """Ask the provider to cancel a batch nobody will collect (its agent is being deleted), so that it is
-    not run and paid in full; then mark it failed with ``why``, so it is not asked twice. Best effort: a
-    provider that refuses or does not answer (within its request timeout) is logged, and the batch ends
-    in the provider's own completion window. True when the provider accepted the cancellation."""
-    from indexing.embeddings import get_provider
-
-    provider = get_provider()
-    api = batch_api_of(provider)
-    accepted = False
-    if not batch.remote_id:
-        pass  # never reached the provider (a submission that died): nothing to cancel
-    elif api is None or provider.identity.provider != batch.provider:
-        why += f" (not cancelled at {batch.provider}: it is no longer the configured provider)"
-    else:
-        try:
-            api.cancel(batch.remote_id)
-            accepted = True
-        except Exception as exc:  # a ProviderError, or an answer of a shape the SDK did not expect
-            logger.warning("embedding batch %s (%s): the provider did not cancel it: %s", batch.pk, batch.remote_id, exc)
-            why += f" (the provider did not cancel it: {exc.__class__.__name__}: {exc})"
-    EmbeddingBatch.objects.filter(pk=batch.pk, state__in=UNFINISHED).update(
-        state=BatchState.FAILED, error=why[:2000], remote_status="cancelled" if accepted else batch.remote_status,
-        finished_at=timezone.now(),
-    )
-    return accepted
-
-
 @dataclass
 class CollectOutcome:
     polled: int = 0
@@ -494,6 +466,37 @@ def _job_resume(*, batch: EmbeddingBatch, reason: str) -> int | None:
             job_enqueue_on_commit(job_id=batch.job_id, trigger=trigger)
             return batch.job_id
     return None
+
+
+# --- cancelling -----------------------------------------------------------------------------------
+
+
+def embedding_batch_cancel(*, batch: EmbeddingBatch, why: str) -> bool:
+    """Ask the provider to cancel a batch nobody will collect (its agent is being deleted), so that it is
+    not run and paid in full; then mark it failed with ``why``, so it is not asked twice. Best effort: a
+    provider that refuses or does not answer (within its request timeout) is logged, and the batch ends
+    in the provider's own completion window. True when the provider accepted the cancellation."""
+    from indexing.embeddings import get_provider
+
+    provider = get_provider()
+    api = batch_api_of(provider)
+    accepted = False
+    if not batch.remote_id:
+        pass  # never reached the provider (a submission that died): nothing to cancel
+    elif api is None or provider.identity.provider != batch.provider:
+        why += f" (not cancelled at {batch.provider}: it is no longer the configured provider)"
+    else:
+        try:
+            api.cancel(batch.remote_id)
+            accepted = True
+        except Exception as exc:  # a ProviderError, or an answer of a shape the SDK did not expect
+            logger.warning("embedding batch %s (%s): the provider did not cancel it: %s", batch.pk, batch.remote_id, exc)
+            why += f" (the provider did not cancel it: {exc.__class__.__name__}: {exc})"
+    EmbeddingBatch.objects.filter(pk=batch.pk, state__in=UNFINISHED).update(
+        state=BatchState.FAILED, error=why[:2000], remote_status="cancelled" if accepted else batch.remote_status,
+        finished_at=timezone.now(),
+    )
+    return accepted
 
 
 # --- what status and the admin show ---------------------------------------------------------------
