@@ -94,10 +94,13 @@ class TeamMembership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
+# Agents not being deleted: the only ones a token, a grant, a command or a new job may act on.
+LIVE = models.Q(deletion_requested_at__isnull=True)
+
+
 class AgentQuerySet(models.QuerySet):
     def live(self):
-        """Agents not being deleted: the only ones a token, a grant, a command or a new job may act on."""
-        return self.filter(deletion_requested_at__isnull=True)
+        return self.filter(LIVE)
 
     def being_deleted(self):
         return self.filter(deletion_requested_at__isnull=False)

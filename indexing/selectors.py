@@ -6,7 +6,7 @@ from django.db.models import CASCADE, Count, F, Max, Min, OuterRef, Q, Subquery,
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.models import Agent, AgentToken, MemoryGrant
+from agents.models import LIVE, Agent, AgentToken, MemoryGrant
 from indexing.embedding_batches import UNFINISHED as BATCHES_UNFINISHED, batches_in_flight
 from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
@@ -182,9 +182,8 @@ def dashboard_stats(*, now: datetime | None = None, recent: int = 5, team_ids: f
         return queryset if team_ids is None else queryset.filter(**{f"{team_field}__in": team_ids})
 
     # An agent being deleted is gone for its tokens already (agents/deletion.py): counted apart, not as live.
-    live = Q(deletion_requested_at__isnull=True)
     agents = scoped(Agent.objects.all(), "team").aggregate(
-        total=Count("id", filter=live), active=Count("id", filter=live & Q(is_active=True)), deleting=Count("id", filter=~live)
+        total=Count("id", filter=LIVE), active=Count("id", filter=LIVE & Q(is_active=True)), deleting=Count("id", filter=~LIVE)
     )
     tokens = scoped(AgentToken.objects.all()).aggregate(
         active=Count("id", filter=Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
