@@ -47,6 +47,9 @@ class BatchEmbeddingServer:
         self.polls = 0
         self.cancelled: list[str] = []  # batch ids a cancel was asked for
         self.cancel_failures = 0  # the next n cancels answer 500
+        self.cancels_arrived = 0  # cancel requests received, answered or not
+        # hold_cancels(): a cancel waits unanswered (the lock not taken) until release_cancels().
+        self.cancels_held: threading.Event | None = None
         self.poll_failures = 0  # the next n polls answer 503
         # hold_downloads(): result downloads wait until release_downloads(); downloads_waiting is set
         # when one is held (a test kills the worker collecting a batch there).
@@ -70,6 +73,11 @@ class BatchEmbeddingServer:
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path.endswith("cancel"):
+                    with server.lock:
+                        server.cancels_arrived += 1
+                    if server.cancels_held is not None:
+                        server.cancels_held.wait(timeout=120)
                 with server.lock:
                     status, answer = server.post(self.path, dict(self.headers), raw)
                 self._send(status, answer)
@@ -95,6 +103,7 @@ class BatchEmbeddingServer:
         return self
 
     def stop(self) -> None:
+        self.release_cancels()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -102,6 +111,13 @@ class BatchEmbeddingServer:
 
     def vector(self, text: str, dims: int) -> list[float]:
         return FakeProvider(EmbeddingIdentity("fake", "fake-hash", dims))._vector(text)
+
+    def hold_cancels(self) -> None:
+        self.cancels_held = threading.Event()
+
+    def release_cancels(self) -> None:
+        if self.cancels_held is not None:
+            self.cancels_held.set()
 
     def complete(self, batch_id: str | None = None) -> None:
         with self.lock:

@@ -333,3 +333,43 @@ def test_a_provider_that_does_not_cancel_does_not_hold_up_the_deletion(alice, se
     assert outcome.finished and outcome.batches_cancelled == 0 and server.cancelled == []
     assert not Agent.objects.filter(pk=alice.agent.pk).exists() and not EmbeddingBatch.objects.exists()
     assert f"embedding batch {batch.pk} ({batch.remote_id}): the provider did not cancel it" in caplog.text
+
+
+def test_a_provider_that_hangs_on_a_cancel_costs_the_deletion_one_request_timeout(alice, server, indexed, settings, caplog):
+    settings.MEMORYHUB_EMBEDDING_TIMEOUT = 1.0
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+    [batch] = EmbeddingBatch.objects.all()
+    server.hold_cancels()  # the cancel is never answered while the deletion runs
+
+    agent_delete(agent=alice.agent, actor=None)
+    outcome = agent_purge(agent_id=alice.agent.pk)
+
+    # The purge went on without the answer: the provider still holds the request, unanswered.
+    assert server.cancels_arrived == 1 and server.cancelled == []
+    assert outcome.finished and outcome.batches_cancelled == 0
+    assert not Agent.objects.filter(pk=alice.agent.pk).exists() and not EmbeddingBatch.objects.exists()
+    assert f"embedding batch {batch.pk} ({batch.remote_id}): the provider did not cancel it" in caplog.text
+
+
+def test_hanging_cancels_spend_the_runs_budget_and_the_next_run_asks_only_for_the_rest(alice, server, indexed, settings):
+    settings.MEMORYHUB_EMBEDDING_TIMEOUT = 1.0
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+        more = [SyncEntry(path=f"more/{entry.path}", content=entry.content) for entry in notes(12, tag=" again")]
+        workspace_sync(agent=alice.agent, entries=more)
+    first, second = EmbeddingBatch.objects.order_by("pk")
+    server.hold_cancels()
+
+    agent_delete(agent=alice.agent, actor=None)
+    outcome = agent_purge(agent_id=alice.agent.pk, seconds=0.1)  # spent by the first cancel's timeout
+
+    assert not outcome.finished and server.cancels_arrived == 1
+    assert dict(EmbeddingBatch.objects.values_list("pk", "state")) == {first.pk: "failed", second.pk: "in_flight"}
+
+    server.release_cancels()
+    outcome = agent_purge(agent_id=alice.agent.pk)
+
+    # The first batch was asked once: this run sent the second's cancel only.
+    assert outcome.finished and outcome.batches_cancelled == 1 and server.cancels_arrived == 2
+    assert second.remote_id in server.cancelled and not EmbeddingBatch.objects.exists()
