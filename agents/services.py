@@ -142,7 +142,7 @@ def agent_delete(*, agent: Agent, actor: Actor | None) -> bool:
     from indexing.recovery import agent_deletion_enqueue_on_commit
 
     now = timezone.now()
-    marked = Agent.objects.filter(pk=agent.pk, deletion_requested_at__isnull=True).update(deletion_requested_at=now)
+    marked = Agent.objects.live().filter(pk=agent.pk).update(deletion_requested_at=now)
     if marked:
         agent.deletion_requested_at = now
         audit_record(action=AuditEvent.Action.AGENT_DELETED, actor=actor, team_ids=[agent.team_id], agent=agent, target=agent.slug)
