@@ -10,8 +10,10 @@ three steps:
    (beyond the chunk too: evidence often sits a line or two away from the words of the question);
    when the next neighbour does not fit whole, its beginning is shown up to the budget with "…".
 
-``start_line``/``end_line`` are exactly the first and last line shown. No line is shown twice in one
-answer: lines already shown by a better hit of the same file are skipped and stop the extension.
+``start_line``/``end_line`` are exactly the first and last line shown. No line is shown whole twice in
+one answer: lines already shown by a better hit of the same file are skipped and stop the extension. A
+neighbour shown in part is not counted as shown: a later hit of the file may show it whole (counting it
+hid the rest of that line from every later snippet; measured in docs/search.md).
 Transcripts (source ``session``) are shown as their ``User: …`` / ``Assistant: …`` lines and cite the
 JSONL lines those messages came from (indexing/transcripts.py keeps the map). A line longer than the
 whole budget is shown cut around its first match, and is cut so before any work on it
@@ -179,15 +181,15 @@ def snippet_build(
                 used += cost(lo)
             else:
                 open_before = False
+    for i in range(lo, hi + 1):
+        shown.add(file_lines.cite(i))
     parts = lines[lo : hi + 1]
     room = budget - used - 1  # characters left after a newline
-    if room >= MIN_PARTIAL_CHARS:
+    if room >= MIN_PARTIAL_CHARS:  # a line shown in part stays free: a later hit may show it whole
         if free(hi + 1):
             hi += 1
             parts.append(lines[hi][: room - 1] + ELLIPSIS)
         elif free(lo - 1):
             lo -= 1
             parts.insert(0, lines[lo][: room - 1] + ELLIPSIS)
-    for i in range(lo, hi + 1):
-        shown.add(file_lines.cite(i))
     return Snippet(lo, hi, "\n".join(parts))

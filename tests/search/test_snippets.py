@@ -1,5 +1,6 @@
 """Snippets show the lines that match, fill the budget with their neighbours, and cite exactly the
-lines they show (so memory_get can expand them); no line is shown twice in one answer."""
+lines they show (so memory_get can expand them); no line is shown whole twice in one answer, and a line
+shown in part at a snippet's edge may be shown whole by a later one."""
 
 import json
 
@@ -85,16 +86,41 @@ def test_memory_get_returns_the_lines_a_snippet_cites(alice, index_files, search
         assert shown == line or (shown.endswith(ELLIPSIS) and line.startswith(shown[:-1]))
 
 
-def test_no_line_is_shown_twice_in_one_answer(alice, index_files, search, small_chunks):
+def whole_lines(result) -> set[int]:
+    """The lines a result shows whole: its cited range without a first or last line cut with '…'."""
+    shown = result["snippet"].split("\n")
+    first, last = result["start_line"], result["end_line"]
+    if shown[0].endswith(ELLIPSIS) and first < last:
+        first += 1
+    if shown[-1].endswith(ELLIPSIS):
+        last -= 1
+    return set(range(first, last + 1))
+
+
+def test_no_line_is_shown_whole_twice_in_one_answer(alice, index_files, search, small_chunks):
     content = "\n".join(f"{i}: the garden project needs watering and the garden beds need weeding" for i in range(1, 61))
     index_files(alice, {"memory/garden.md": content})
     results = search(alice, "garden watering weeding", max_results=50, min_score=0)[1]["results"]
     assert len(results) > 1
     seen: set[int] = set()
     for result in results:
-        lines = set(range(result["start_line"], result["end_line"] + 1))
+        lines = whole_lines(result)
         assert not lines & seen
         seen |= lines
+
+
+def test_a_line_shown_in_part_can_be_shown_whole_by_a_later_snippet():
+    lines = ["a" * 100, "b" * 40, "the evidence " + "c" * 67, "d" * 30]
+    file_lines = FileLines(lines=list(lines))
+    shown: set[int] = set()
+    # The first hit matches line 1: lines 1-2 fit the 200 characters whole, line 3 only in part.
+    first = snippet_build(file_lines=file_lines, region=(0, 1), scores=[1.0, 0.0], shown=shown, budget=200)
+    assert (first.first, first.last) == (0, 2)
+    assert first.text.split("\n")[2] == lines[2][:57] + ELLIPSIS
+    # A later hit on line 3 still shows it, whole, with the line after it.
+    later = snippet_build(file_lines=file_lines, region=(2, 3), scores=[1.0, 0.0], shown=shown, budget=200)
+    assert later is not None and later.text.split("\n") == lines[2:4]
+    assert shown == {1, 2, 3, 4}
 
 
 def test_overlapping_chunks_of_one_file_do_not_crowd_out_another_file(alice, index_files, search, small_chunks):
@@ -112,7 +138,7 @@ def test_overlapping_chunks_of_one_file_do_not_crowd_out_another_file(alice, ind
     results = search(alice, "billing invoice reconciliation", min_score=0)[1]["results"]
     # The best chunk may also show its other lines (a second snippet), but the other file still comes.
     assert results[0]["path"] == "memory/billing.md" and "memory/other.md" in [r["path"] for r in results]
-    shown = [(r["path"], line) for r in results for line in range(r["start_line"], r["end_line"] + 1)]
+    shown = [(r["path"], line) for r in results for line in whole_lines(r)]
     assert len(shown) == len(set(shown))
 
 
