@@ -213,7 +213,7 @@ def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None
     2. Second snippets: a snippet shows about a third of a 400-token chunk, and the answer often sits
        in the rest of the best chunks. So every hit also competes for a second result at its score ×
        ``second_snippet`` (MEMORYHUB_SEARCH_SECOND_SNIPPET; 0 turns this off); that result shows the
-       chunk's lines not shown yet (snippets never repeat a line), or is skipped when there are none.
+       chunk's lines not shown yet (snippets never show a line whole twice), or is skipped when there are none.
 
     Measured on LoCoMo (docs/search.md): deferring every overlapping or touching chunk
     (the previous rule) 0.754 evidence recall; near-duplicates only 0.779; plus second snippets at 0.7
