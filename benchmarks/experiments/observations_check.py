@@ -1,0 +1,87 @@
+"""Experiment (docs/search.md, "A second derivation of the dialogue shape"): the default fusion against
+RRF on dialogue-shaped data built from LoCoMo's ``observation`` field instead of its event summaries.
+
+Not part of the service or of bench_search (its notes share the turns' words, so it is a check, not a
+set to tune on). Each observation (a short fact citing one turn) becomes a dated note in a file of its
+own; each stretch of ``STRETCH`` (16) consecutive turns of a session is a query whose evidence is the
+notes citing a turn in it. Same split as LoCoMo. It runs ``manage.py bench_variants`` on that set
+alone (reported under the name "dialogue"):
+
+    STRETCH=16 MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/observations_check.py \\
+        --reuse obs16 --part all \\
+        --variant 'rrf:MEMORYHUB_SEARCH_FUSION=rrf' --variant 'minmax:MEMORYHUB_SEARCH_FUSION=minmax'
+    # and with --mode vector / --mode keyword for each half alone
+
+The figures in docs/search.md were measured at commit 7c183ee.
+"""
+
+import json
+import os
+import re
+import sys
+from datetime import date, datetime
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+
+import benchmarks.management.commands.bench_variants as bench_variants  # noqa: E402
+from benchmarks.bench_data import DIALOGUE_CATEGORIES, DevSet, locomo_part  # noqa: E402
+from benchmarks.locomo import Conversation, Question, TurnLine, turn_line_text  # noqa: E402
+
+STRETCH = int(os.environ.get("STRETCH", "16"))
+_OBSERVATION = re.compile(r"session_(\d+)_observation")
+_SESSION = re.compile(r"session_\d+")
+
+
+def session_day(text: str) -> date:
+    """'1:56 pm on 8 May, 2023' -> 2023-05-08."""
+    day = text.split(" on ", 1)[-1]
+    return datetime.strptime(" ".join(day.replace(",", " ").split()), "%d %B %Y").date()
+
+
+def observations_load(sample: dict, part: str) -> Conversation:
+    conversation = sample["conversation"]
+    files: dict[str, str] = {}
+    turns: dict[str, TurnLine] = {}
+    notes_of_turn: dict[str, list[str]] = {}
+    for key, by_speaker in sample["observation"].items():
+        number = int(_OBSERVATION.fullmatch(key).group(1))
+        when = conversation.get(f"session_{number}_date_time")
+        if not when:
+            continue
+        day = session_day(when)
+        for facts in by_speaker.values():
+            for fact, evidence in facts:
+                text = " ".join(str(fact).split())
+                path = f"memory/observations/{day.isoformat()}-{len(files) + 1:04d}.md"
+                files[path] = f"# {day.day} {day:%B}, {day.year}\n\n{text}\n"
+                turns[path] = TurnLine(path=path, line=3, text=text)
+                for turn_id in [evidence] if isinstance(evidence, str) else evidence:
+                    notes_of_turn.setdefault(str(turn_id), []).append(path)
+    questions = []
+    for key in sorted(k for k in conversation if _SESSION.fullmatch(k)):
+        dialogue = conversation[key]
+        for start in range(0, len(dialogue), STRETCH):
+            stretch = dialogue[start : start + STRETCH]
+            evidence = list(dict.fromkeys(p for turn in stretch for p in notes_of_turn.get(turn.get("dia_id", ""), [])))
+            if evidence:
+                text = "\n".join(turn_line_text(turn) for turn in stretch)
+                questions.append(Question(text=text, category="events", evidence=tuple(evidence)))
+    return Conversation(sample_id=f"{sample['sample_id']}-observations", files=files, turns=turns, questions=questions, part=part)
+
+
+def dev_sets_load(path, **_):
+    data = json.load(open(path))
+    if not isinstance(data, list):
+        return []
+    conversations = [observations_load(sample, locomo_part(index)) for index, sample in enumerate(data)]
+    return [DevSet(name="dialogue", categories=DIALOGUE_CATEGORIES, conversations=conversations)]
+
+
+bench_variants.dev_sets_load = dev_sets_load
+call_command("bench_variants", *sys.argv[1:])
