@@ -483,6 +483,13 @@ MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL = env_int("MEMORYHUB_SEARCH_KEYWORD_STAT
 # sets in docs/search.md.
 MEMORYHUB_SEARCH_BM25_K1 = env_float("MEMORYHUB_SEARCH_BM25_K1", 1.2, minimum=0, maximum=10)
 MEMORYHUB_SEARCH_BM25_B = env_float("MEMORYHUB_SEARCH_BM25_B", 0.75, minimum=0, maximum=1)
+# A long query (at least LONG_QUERY_LEXEMES distinct words: a pasted stretch of dialogue, not a question)
+# scores with its own k1 and b. It shares words with any long chunk by chance, so length counts fully
+# (b 1.0) and repeats count longer (k1 2.2): better on both dialogue-shaped checks, no question is that
+# long (docs/search.md). LONG_QUERY_LEXEMES 0 = every query uses K1 and B.
+MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = env_int("MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES", 40, minimum=0)
+MEMORYHUB_SEARCH_BM25_LONG_K1 = env_float("MEMORYHUB_SEARCH_BM25_LONG_K1", 2.2, minimum=0, maximum=10)
+MEMORYHUB_SEARCH_BM25_LONG_B = env_float("MEMORYHUB_SEARCH_BM25_LONG_B", 1.0, minimum=0, maximum=1)
 # Each candidate's fused score lifted towards the mean of its neighbours' in its file (the chunks just
 # before and after it), max(score, (score + w * mean) / (1 + w)): an answer inside a stretch of matching
 # chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5

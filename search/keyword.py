@@ -309,10 +309,20 @@ class _Plan:
     bounded_to: int | None = None  # the last chunk id the tf_bounds counted (None: no bounds)
 
 
-def tf_factor_bound(bound: tuple[int, int] | None, *, avgdl: float) -> float:
+def bm25_parameters(lexeme_count: int) -> tuple[float, float]:
+    """BM25's (k1, b) for a query of ``lexeme_count`` distinct lexemes. A long query (a pasted stretch of
+    dialogue) shares words with any long chunk by chance, so it normalises length fully and lets repeats
+    count longer: MEMORYHUB_SEARCH_BM25_LONG_K1 / _B from MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES on."""
+    long_from = settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES
+    if long_from and lexeme_count >= long_from:
+        return settings.MEMORYHUB_SEARCH_BM25_LONG_K1, settings.MEMORYHUB_SEARCH_BM25_LONG_B
+    return settings.MEMORYHUB_SEARCH_BM25_K1, settings.MEMORYHUB_SEARCH_BM25_B
+
+
+def tf_factor_bound(bound: tuple[int, int] | None, *, avgdl: float, k1: float, b: float) -> float:
     """The largest BM25 term-frequency factor a lexeme can have in a chunk, given (its largest count in
-    one chunk, the shortest chunk holding it), or k1 + 1 (the factor's limit) without them."""
-    k1, b = settings.MEMORYHUB_SEARCH_BM25_K1, settings.MEMORYHUB_SEARCH_BM25_B  # the scoring's own
+    one chunk, the shortest chunk holding it), or k1 + 1 (the factor's limit) without them. ``k1`` and
+    ``b`` are the scoring's own (bm25_parameters)."""
     if bound is None:
         return k1 + 1
     tf, tokens = bound
@@ -392,8 +402,8 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})
     terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
-    params = {"terms": terms, "agent": agent_id, "query": " | ".join(terms), "limit": limit,
-              "k1": settings.MEMORYHUB_SEARCH_BM25_K1, "b": settings.MEMORYHUB_SEARCH_BM25_B}
+    k1, b = bm25_parameters(len(lexemes))
+    params = {"terms": terms, "agent": agent_id, "query": " | ".join(terms), "limit": limit, "k1": k1, "b": b}
     file_join = file_where = ""
     if not filters.is_empty:
         clause, filter_params = filters.file_sql("f")
@@ -514,7 +524,7 @@ def _two_passes(
     scored = [i for i in kept if idfs[i] is not None]
     if not scored:
         return [], True
-    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl) for i in scored]
+    bounds = [idfs[i] * tf_factor_bound(plan.tf_bounds[i], avgdl=plan.avgdl, k1=params["k1"], b=params["b"]) for i in scored]
 
     def queries(sets: list[list[int]]) -> list[str]:
         return [" & ".join(terms[scored[j]] for j in group) for group in sets]

@@ -181,11 +181,15 @@ def _notes(seed: int, count: int) -> dict[str, str]:
     }
 
 
-def test_a_large_agents_two_passes_find_every_chunk_of_the_exact_top_ten(alice, index_files, settings, monkeypatch):
+@pytest.mark.parametrize("long_from", [0, 4])
+def test_a_large_agents_two_passes_find_every_chunk_of_the_exact_top_ten(alice, index_files, settings, monkeypatch, long_from):
     """Whatever the first pass reads (a budget from one chunk to all of them), the second finds every
-    chunk the first left out that belongs in the top ten: the ten best scores are exact BM25's, proven."""
+    chunk the first left out that belongs in the top ten: the ten best scores are exact BM25's, proven.
+    With ``long_from`` 4, queries of 4 words or more score with the long queries' k1 and b, and the
+    bounds must be theirs too."""
     from search import keyword
 
+    settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = long_from
     notes = _notes(seed=14, count=120)
     index_files(alice, notes)
     rng = random.Random(15)
@@ -360,14 +364,52 @@ def test_bm25_parameters_come_from_the_settings(alice, index_files, settings):
     assert saturated["memory/thrice.md"] == pytest.approx(saturated["memory/long.md"]) == pytest.approx(1.0)
 
 
-def test_a_large_agents_bound_uses_the_configured_bm25_parameters(settings):
+def test_a_large_agents_bound_uses_the_scorings_bm25_parameters():
     """The bound that lets a large agent's search skip chunks is the scoring's own factor: with other
     k1 / b it would otherwise cut chunks that can still reach the top ten."""
     from search.keyword import tf_factor_bound
 
-    settings.MEMORYHUB_SEARCH_BM25_K1, settings.MEMORYHUB_SEARCH_BM25_B = 2.0, 0.0
-    assert tf_factor_bound(None, avgdl=10.0) == pytest.approx(3.0)
-    assert tf_factor_bound((2, 5), avgdl=10.0) == pytest.approx(2 * 3.0 / (2 + 2.0))
-    settings.MEMORYHUB_SEARCH_BM25_B = 1.0
-    assert tf_factor_bound((2, 5), avgdl=10.0) == pytest.approx(2 * 3.0 / (2 + 2.0 * 0.5))
+    assert tf_factor_bound(None, avgdl=10.0, k1=2.0, b=0.0) == pytest.approx(3.0)
+    assert tf_factor_bound((2, 5), avgdl=10.0, k1=2.0, b=0.0) == pytest.approx(2 * 3.0 / (2 + 2.0))
+    assert tf_factor_bound((2, 5), avgdl=10.0, k1=2.0, b=1.0) == pytest.approx(2 * 3.0 / (2 + 2.0 * 0.5))
+
+
+def test_a_long_query_scores_with_the_long_bm25_parameters(alice, index_files, settings):
+    """A pasted stretch of dialogue shares words with any long chunk by chance: from
+    MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES distinct words on, the query scores with the LONG k1 and b
+    (default b 1.0: length counts fully), a question with the others."""
+    index_files(alice, {
+        "memory/short.md": "pottery class",
+        "memory/long.md": "pottery class and a great many other words that make this chunk much longer than the short one",
+    })
+    settings.MEMORYHUB_SEARCH_BM25_B = 0  # questions: no length normalisation
+    by_path = lambda result: dict(zip(paths_of(result), (h.score for h in result.hits)))  # noqa: E731
+    filler = " ".join(f"zq{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(45))  # words no chunk holds
+    long_query = f"pottery {filler}"
+    assert len(query_lexemes(long_query)) == 46
+
+    question = by_path(hits(alice, "pottery"))
+    assert question["memory/short.md"] == pytest.approx(question["memory/long.md"])
+    long = by_path(hits(alice, long_query))
+    assert long["memory/short.md"] > long["memory/long.md"] * 1.1
+
+    settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = 47  # one word short of long: the questions' b
+    flat = by_path(hits(alice, long_query))
+    assert flat["memory/short.md"] == pytest.approx(flat["memory/long.md"])
+    settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = 46
+    assert by_path(hits(alice, long_query)) == pytest.approx(long)
+    settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = 0  # off
+    assert by_path(hits(alice, long_query)) == pytest.approx(flat)
+
+
+def test_bm25_parameters_switch_at_the_long_query_threshold(settings):
+    from search.keyword import bm25_parameters
+
+    settings.MEMORYHUB_SEARCH_BM25_K1, settings.MEMORYHUB_SEARCH_BM25_B = 1.2, 0.75
+    settings.MEMORYHUB_SEARCH_BM25_LONG_K1, settings.MEMORYHUB_SEARCH_BM25_LONG_B = 2.2, 1.0
+    settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = 40
+    assert bm25_parameters(1) == bm25_parameters(39) == (1.2, 0.75)
+    assert bm25_parameters(40) == bm25_parameters(256) == (2.2, 1.0)
+    settings.MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = 0
+    assert bm25_parameters(256) == (1.2, 0.75)
 
