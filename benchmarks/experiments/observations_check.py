@@ -44,7 +44,7 @@ def session_day(text: str) -> date:
     return datetime.strptime(" ".join(day.replace(",", " ").split()), "%d %B %Y").date()
 
 
-def observations_load(sample: dict, part: str) -> Conversation:
+def observations_load(sample: dict, part: str, *, stretch: int = STRETCH) -> Conversation:
     conversation = sample["conversation"]
     files: dict[str, str] = {}
     turns: dict[str, TurnLine] = {}
@@ -66,11 +66,11 @@ def observations_load(sample: dict, part: str) -> Conversation:
     questions = []
     for key in sorted(k for k in conversation if _SESSION.fullmatch(k)):
         dialogue = conversation[key]
-        for start in range(0, len(dialogue), STRETCH):
-            stretch = dialogue[start : start + STRETCH]
-            evidence = list(dict.fromkeys(p for turn in stretch for p in notes_of_turn.get(turn.get("dia_id", ""), [])))
+        for start in range(0, len(dialogue), stretch):
+            turns_asked = dialogue[start : start + stretch]
+            evidence = list(dict.fromkeys(p for turn in turns_asked for p in notes_of_turn.get(turn.get("dia_id", ""), [])))
             if evidence:
-                text = "\n".join(turn_line_text(turn) for turn in stretch)
+                text = "\n".join(turn_line_text(turn) for turn in turns_asked)
                 questions.append(Question(text=text, category="events", evidence=tuple(evidence)))
     return Conversation(sample_id=f"{sample['sample_id']}-observations", files=files, turns=turns, questions=questions, part=part)
 
@@ -83,5 +83,6 @@ def dev_sets_load(path, **_):
     return [DevSet(name="dialogue", categories=DIALOGUE_CATEGORIES, conversations=conversations)]
 
 
-bench_variants.dev_sets_load = dev_sets_load
-call_command("bench_variants", *sys.argv[1:])
+if __name__ == "__main__":
+    bench_variants.dev_sets_load = dev_sets_load
+    call_command("bench_variants", *sys.argv[1:])
