@@ -1,7 +1,8 @@
-"""benchmarks/experiments/observations_check.py: the second derivation of the dialogue shape that
-docs/search.md quotes (LoCoMo-shaped observations as dated notes, stretches of dialogue as queries),
-checked on a made-up conversation."""
+"""benchmarks/experiments/: the derived checks docs/search.md quotes, on a made-up conversation.
+observations_check.py: LoCoMo-shaped observations as dated notes, stretches of dialogue as queries;
+daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries."""
 
+from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.observations_check import observations_load, session_day
 
 
@@ -31,6 +32,12 @@ SAMPLE = {
         },
         "session_2_observation": {"Bo": [["Bo has no date.", "D2:1"]]},  # no session date: left out
     },
+    "qa": [
+        {"question": "What is the puppy's name?", "answer": "Coco", "evidence": ["D1:1", "D1:3"], "category": 4},
+        {"question": "What does Ann drink?", "answer": "tea", "evidence": ["D1:4"], "category": 1},
+        {"question": "Who said goodbye?", "answer": "Ann", "evidence": ["D1:5"], "category": 4},  # no fact cites D1:5
+        {"question": "Unanswerable?", "evidence": ["D1:1"], "category": 5},  # category 5: never asked
+    ],
 }
 
 
@@ -57,3 +64,22 @@ def test_each_dated_observation_is_a_note_and_each_stretch_a_query_of_the_notes_
 
     whole = observations_load(SAMPLE, "confirm", stretch=16)
     assert [q.evidence for q in whole.questions] == [(puppy, asked, tea)]
+
+
+def test_daily_notes_hold_a_sessions_facts_as_lines_and_questions_ask_for_the_facts_citing_their_turns():
+    conversation = daily_notes_load(SAMPLE, "confirm")
+
+    assert conversation.files == {
+        "memory/2023-05-08.md": (
+            "# 8 May, 2023\n\n- Ann adopted a puppy named Coco.\n- Ann drinks green tea.\n- Bo asked about the puppy.\n"
+        ),
+    }
+    puppy, tea, asked = "F1", "F2", "F3"
+    assert conversation.turns[tea].path == "memory/2023-05-08.md"
+    assert conversation.turns[tea].line == 4 and conversation.turns[tea].text == "- Ann drinks green tea."
+    assert [(q.text, q.category, q.evidence) for q in conversation.questions] == [
+        ("What is the puppy's name?", 4, (puppy, tea)),  # D1:3 is cited by the tea fact
+        ("What does Ann drink?", 1, (tea,)),
+    ]
+    assert conversation.skipped_questions == 1
+    assert asked not in {e for q in conversation.questions for e in q.evidence}
