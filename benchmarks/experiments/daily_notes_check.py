@@ -12,7 +12,6 @@ LoCoMo. It runs ``manage.py bench_variants`` on that set alone (reported under t
         --reuse daily --part all --variant 'rrf:MEMORYHUB_SEARCH_FUSION=rrf'
 """
 
-import json
 import os
 import sys
 
@@ -22,11 +21,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
-
-import benchmarks.management.commands.bench_variants as bench_variants  # noqa: E402
-from benchmarks.bench_data import DevSet, locomo_part  # noqa: E402
-from benchmarks.experiments.observations_check import _OBSERVATION, session_day  # noqa: E402
+from benchmarks.experiments.derived import OBSERVATION, bench_variants_on_locomo, session_day  # noqa: E402
 from benchmarks.locomo import CATEGORIES, Conversation, Question, TurnLine, normalise_evidence  # noqa: E402
 
 
@@ -35,8 +30,7 @@ def daily_notes_load(sample: dict, part: str) -> Conversation:
     lines_of: dict[str, list[str]] = {}  # path -> the file's lines
     turns: dict[str, TurnLine] = {}  # fact id -> its line
     facts_of_turn: dict[str, list[str]] = {}
-    for key in sorted(sample["observation"], key=lambda k: int(_OBSERVATION.fullmatch(k).group(1))):
-        number = int(_OBSERVATION.fullmatch(key).group(1))
+    for number, key in sorted((int(OBSERVATION.fullmatch(key).group(1)), key) for key in sample["observation"]):
         when = conversation.get(f"session_{number}_date_time")
         if not when:
             continue
@@ -71,14 +65,5 @@ def daily_notes_load(sample: dict, part: str) -> Conversation:
     )
 
 
-def dev_sets_load(path, **_):
-    data = json.load(open(path))
-    if not isinstance(data, list):
-        return []
-    conversations = [daily_notes_load(sample, locomo_part(index)) for index, sample in enumerate(data)]
-    return [DevSet(name="locomo", categories=CATEGORIES, conversations=conversations)]
-
-
 if __name__ == "__main__":
-    bench_variants.dev_sets_load = dev_sets_load
-    call_command("bench_variants", *sys.argv[1:])
+    bench_variants_on_locomo(sys.argv[1:], name="locomo", categories=CATEGORIES, load=daily_notes_load)

@@ -15,11 +15,9 @@ alone (reported under the name "dialogue"):
 The figures in docs/search.md were measured at commit 7c183ee.
 """
 
-import json
 import os
 import re
 import sys
-from datetime import date, datetime
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
 
@@ -27,21 +25,12 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
-
-import benchmarks.management.commands.bench_variants as bench_variants  # noqa: E402
-from benchmarks.bench_data import DIALOGUE_CATEGORIES, DevSet, locomo_part  # noqa: E402
+from benchmarks.bench_data import DIALOGUE_CATEGORIES  # noqa: E402
+from benchmarks.experiments.derived import OBSERVATION, bench_variants_on_locomo, session_day  # noqa: E402
 from benchmarks.locomo import Conversation, Question, TurnLine, turn_line_text  # noqa: E402
 
 STRETCH = int(os.environ.get("STRETCH", "16"))
-_OBSERVATION = re.compile(r"session_(\d+)_observation")
 _SESSION = re.compile(r"session_\d+")
-
-
-def session_day(text: str) -> date:
-    """'1:56 pm on 8 May, 2023' -> 2023-05-08."""
-    day = text.split(" on ", 1)[-1]
-    return datetime.strptime(" ".join(day.replace(",", " ").split()), "%d %B %Y").date()
 
 
 def observations_load(sample: dict, part: str, *, stretch: int = STRETCH) -> Conversation:
@@ -50,7 +39,7 @@ def observations_load(sample: dict, part: str, *, stretch: int = STRETCH) -> Con
     turns: dict[str, TurnLine] = {}
     notes_of_turn: dict[str, list[str]] = {}
     for key, by_speaker in sample["observation"].items():
-        number = int(_OBSERVATION.fullmatch(key).group(1))
+        number = int(OBSERVATION.fullmatch(key).group(1))
         when = conversation.get(f"session_{number}_date_time")
         if not when:
             continue
@@ -75,14 +64,5 @@ def observations_load(sample: dict, part: str, *, stretch: int = STRETCH) -> Con
     return Conversation(sample_id=f"{sample['sample_id']}-observations", files=files, turns=turns, questions=questions, part=part)
 
 
-def dev_sets_load(path, **_):
-    data = json.load(open(path))
-    if not isinstance(data, list):
-        return []
-    conversations = [observations_load(sample, locomo_part(index)) for index, sample in enumerate(data)]
-    return [DevSet(name="dialogue", categories=DIALOGUE_CATEGORIES, conversations=conversations)]
-
-
 if __name__ == "__main__":
-    bench_variants.dev_sets_load = dev_sets_load
-    call_command("bench_variants", *sys.argv[1:])
+    bench_variants_on_locomo(sys.argv[1:], name="dialogue", categories=DIALOGUE_CATEGORIES, load=observations_load)

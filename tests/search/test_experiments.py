@@ -3,7 +3,8 @@ observations_check.py: LoCoMo-shaped observations as dated notes, stretches of d
 daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries."""
 
 from benchmarks.experiments.daily_notes_check import daily_notes_load
-from benchmarks.experiments.observations_check import observations_load, session_day
+from benchmarks.experiments.derived import session_day
+from benchmarks.experiments.observations_check import observations_load
 
 
 def turn(dia_id: str, speaker: str, text: str) -> dict:
