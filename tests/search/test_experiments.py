@@ -1,6 +1,14 @@
 """benchmarks/experiments/: the derived checks docs/search.md quotes, on a made-up conversation.
 observations_check.py: LoCoMo-shaped observations as dated notes, stretches of dialogue as queries;
-daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries."""
+daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries;
+candidate_stages.py: the speaker, diversity and centring stages' arithmetic."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks.experiments.candidate_stages import centred, diversified, named_speakers, speaker_of, speaker_share
 
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
@@ -84,3 +92,42 @@ def test_daily_notes_hold_a_sessions_facts_as_lines_and_questions_ask_for_the_fa
     ]
     assert conversation.skipped_questions == 1
     assert asked not in {e for q in conversation.questions for e in q.evidence}
+
+
+def test_a_query_names_speakers_whole_or_by_a_long_word_of_their_label():
+    labels = {"Professor C", "Grad A", "Grad E", "PhD A", "Project Manager", "Melanie", "Caroline"}
+    assert named_speakers("What did Melanie paint?", labels) == {"Melanie"}
+    assert named_speakers("What did Grad E contribute?", labels) == {"Grad E"}  # whole: not Grad A
+    assert named_speakers("What did the professor think about clustering?", labels) == {"Professor C"}
+    assert named_speakers("Summarize the Project Manager's perspective", labels) == {"Project Manager"}
+    assert named_speakers("Did a grad student speak?", labels) == {"Grad A", "Grad E"}
+    assert named_speakers("What is the weather like?", labels) == set()
+    assert named_speakers("Was there a PhD defence?", labels) == set()  # "phd a" does not stand whole
+    assert speaker_of("Professor C: Other way.") == "Professor C"
+    assert speaker_of("Five words or more before: a colon") is None
+    assert speaker_of("no capital: no speaker") is None
+
+
+def test_a_chunks_speaker_share_is_the_part_of_its_query_word_weight_in_the_named_speakers_lines():
+    lines = ["Melanie: I painted a sunrise.", "Caroline: Painting is fun, I paint too.", "Melanie: Thanks!"]
+    weights = {"paint": 2.0, "sunris": 1.0}
+    # Melanie's line holds paint + sunrise (3.0), Caroline's paint (2.0)
+    assert speaker_share(lines, {"Melanie"}, weights) == pytest.approx(3.0 / 5.0)
+    # no query word in the chunk: the part of its spoken lines the named speaker says
+    assert speaker_share(lines, {"Caroline"}, {"guitar": 1.0}) == pytest.approx(1 / 3)
+    assert speaker_share(["no speakers here"], {"Melanie"}, {"guitar": 1.0}) == 1.0
+
+
+def test_diversity_takes_the_best_first_then_penalises_what_resembles_the_taken():
+    a, b, c = (SimpleNamespace(chunk_id=i, score=s) for i, s in ((1, 0.9), (2, 0.85), (3, 0.8)))
+    similarity = {(2, 1): 0.9, (1, 2): 0.9, (3, 1): 0.1, (1, 3): 0.1, (2, 3): 0.2, (3, 2): 0.2}
+    order = diversified([a, b, c], similarity, weight=0.2)
+    assert [x.chunk_id for x in order] == [1, 3, 2]  # 2 is close to 1: 0.85 - 0.18 < 0.8 - 0.02
+    assert [round(x.score, 3) for x in order] == [0.9, 0.78, 0.67]
+    assert [x.chunk_id for x in diversified([SimpleNamespace(chunk_id=i, score=0.5) for i in (4, 5)], {}, 0.3)] == [4, 5]
+
+
+def test_a_centred_query_is_the_query_minus_the_mean_of_unit_length():
+    moved = centred([1.0, 0.0], [0.5, 0.5], 1.0)
+    assert moved == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)])
+    assert centred([0.6, 0.8], [0.1, 0.2], 0.0) == pytest.approx([0.6, 0.8])

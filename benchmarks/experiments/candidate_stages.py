@@ -1,0 +1,206 @@
+"""Experiment (docs/search.md, "Centred queries, speakers' lines, diversity, chunk overlap: not kept"):
+three ways to reorder the candidates, measured in the ``bench_variants`` harness and not built into the
+service.
+
+Each is a variant setting read only here (0 = off, the service's own search):
+
+- ``MEMORYHUB_SEARCH_EXP_CENTER=a``: the vector half searches with the query vector minus ``a`` times the
+  mean of the agent's chunk vectors (normalised again), so that what all of one memory's chunks share
+  (its speakers, its register) weighs less than what the query asks.
+- ``MEMORYHUB_SEARCH_EXP_SPEAKER=w``: a query that names a speaker of the memory ("What did Melanie
+  paint?", "What did the professor think about clustering?") is answered by that speaker's lines. Each of
+  the 50 best candidates is scored × (1 - w × (1 - share)), ``share`` the part of its query-word weight
+  (IDF) that stands in lines of a named speaker (without words: the part of its lines they speak).
+- ``MEMORYHUB_SEARCH_EXP_MMR=b``: maximal marginal relevance over the 30 best candidates: each in turn
+  is the one with the best fused score minus ``b`` × its highest cosine similarity to a candidate already
+  taken, and that value is its score. ``MEMORYHUB_SEARCH_EXP_MMR_MIN_LEXEMES=n`` applies it only to
+  queries of at least ``n`` distinct lexemes (40: the long queries of the dialogue shape).
+
+The stages run where the service's rerank stage does (after fusion, the neighbour lift and
+``min_score``, before the snippets), by wrapping ``search.services._results`` and ``_nearest``:
+
+    MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/candidate_stages.py \\
+        --data ../shared/data/locomo-dev.json --data ../shared/data/qmsum-dev.json --reuse s34 --part all \\
+        --variant 'center0.5:MEMORYHUB_SEARCH_EXP_CENTER=0.5' --variant 'speaker0.4:MEMORYHUB_SEARCH_EXP_SPEAKER=0.4' \\
+        --variant 'mmr0.1:MEMORYHUB_SEARCH_EXP_MMR=0.1'
+
+With ``STRETCH=16`` (or 8) in the environment it asks the set of observations_check.py instead
+(``--data`` the LoCoMo file only, and that script's tags, e.g. ``--reuse obs16``). Arguments after the
+script name are bench_variants' own. The chunk-overlap rows of the same section need
+no script: they are ``bench_variants`` runs with ``MEMORYHUB_CHUNK_TOKENS`` / ``MEMORYHUB_CHUNK_OVERLAP`` set
+for the whole command and a tag of their own (the index is built with them).
+"""
+
+import math
+import os
+import re
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+SPEAKER_LINE = re.compile(r"^([A-Z][^:\n]{0,39}):\s")
+WORD = re.compile(r"[a-z0-9]+")
+SPEAKER_TOP = 50
+MMR_TOP = 30
+
+
+def _words(text: str) -> list[str]:
+    return WORD.findall(text.lower())
+
+
+def speaker_of(line: str) -> str | None:
+    """The label before "Name: " of a transcript line (at most four words), or None."""
+    match = SPEAKER_LINE.match(line)
+    return match.group(1) if match and len(match.group(1).split()) <= 4 else None
+
+
+def named_speakers(query: str, labels: set[str]) -> set[str]:
+    """The speakers a query names: labels that stand whole in it ("PhD A", "Project Manager"), else
+    labels sharing a word of four letters or more with it ("the professor" names "Professor C")."""
+    text = f" {' '.join(_words(query))} "
+    whole = {label for label in labels if f" {' '.join(_words(label))} " in text}
+    if whole:
+        return whole
+    words = set(text.split())
+    return {label for label in labels if any(len(word) >= 4 and word in words for word in _words(label))}
+
+
+def speaker_share(lines: list[str], named: set[str], weights: dict[str, float]) -> float:
+    """The part of a chunk's query-word weight that stands in lines of the named speakers (a word of a
+    line matches a lexeme it starts with); without any, the part of its spoken lines theirs."""
+    in_named = in_all = 0.0
+    speakers = [speaker_of(line) for line in lines]
+    for speaker, line in zip(speakers, lines):
+        words = _words(line)
+        mass = sum(weight for lexeme, weight in weights.items() if any(word.startswith(lexeme) for word in words))
+        in_all += mass
+        if speaker in named:
+            in_named += mass
+    if in_all > 0:
+        return in_named / in_all
+    spoken = [speaker for speaker in speakers if speaker]
+    return sum(speaker in named for speaker in spoken) / len(spoken) if spoken else 1.0
+
+
+def centred(vector: list[float], centroid: list[float], alpha: float) -> list[float]:
+    """``vector - alpha * centroid``, of unit length."""
+    moved = [value - alpha * mean for value, mean in zip(vector, centroid)]
+    norm = math.sqrt(sum(value * value for value in moved)) or 1.0
+    return [value / norm for value in moved]
+
+
+def diversified(candidates: list, similarity: dict[tuple[int, int], float], weight: float) -> list:
+    """Maximal marginal relevance: candidates in greedy order of score minus ``weight`` × the highest
+    similarity to one taken before; each candidate's score becomes that value (never higher)."""
+    remaining, taken = list(candidates), []
+    while remaining:
+        def value(candidate):
+            penalty = max((similarity.get((candidate.chunk_id, other.chunk_id), 0.0) for other in taken), default=0.0)
+            return candidate.score - weight * penalty
+
+        best = max(remaining, key=value)  # the first of equals: the fusion's order breaks ties
+        best.score = value(best)
+        remaining.remove(best)
+        taken.append(best)
+    return taken
+
+
+def _agent_centroid(agent_id: int, identity, cache: dict) -> list[float] | None:
+    from indexing.tables import CHUNK
+    from memoryhub.replicas import read_connection
+
+    key = (agent_id, identity.key)
+    if key not in cache:
+        dims = int(identity.dimensions)
+        with read_connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT avg(c.embedding::vector({dims}))::text FROM {CHUNK} c WHERE c.agent_id = %s "
+                f"AND c.embedding_dimensions = {dims} AND c.embedding_identity = %s AND c.embedding IS NOT NULL",
+                [agent_id, identity.key],
+            )
+            row = cursor.fetchone()
+        cache[key] = [float(x) for x in row[0].strip("[]").split(",")] if row and row[0] else None
+    return cache[key]
+
+
+def _speaker_stage(*, agent_id: int, query: str, candidates: list, keyword, weight: float) -> list:
+    from indexing.models import Chunk
+
+    top = candidates[:SPEAKER_TOP]
+    texts = dict(Chunk.objects.filter(agent_id=agent_id, pk__in=[c.chunk_id for c in top]).values_list("id", "text"))
+    lines = {chunk_id: text.split("\n") for chunk_id, text in texts.items()}
+    labels = {speaker for rows in lines.values() for line in rows if (speaker := speaker_of(line))}
+    named = named_speakers(query, labels)
+    if not named:
+        return candidates
+    names = {word for label in named for word in _words(label)}
+    weights = {lexeme: keyword.idf.get(lexeme, 1.0) for lexeme in keyword.lexemes if lexeme not in names}
+    for candidate in top:
+        if candidate.chunk_id in lines:
+            candidate.score *= 1 - weight * (1 - speaker_share(lines[candidate.chunk_id], named, weights))
+    return sorted(top, key=lambda c: -c.score) + candidates[SPEAKER_TOP:]
+
+
+def _mmr_stage(*, agent_id: int, candidates: list, weight: float) -> list:
+    from indexing.tables import CHUNK
+    from memoryhub.replicas import read_connection
+
+    top = candidates[:MMR_TOP]
+    ids = [c.chunk_id for c in top]
+    with read_connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) FROM {CHUNK} a JOIN {CHUNK} b "
+            "ON a.agent_id = b.agent_id AND a.id <> b.id AND a.embedding_dimensions = b.embedding_dimensions "
+            "WHERE a.agent_id = %s AND a.id = ANY(%s) AND b.id = ANY(%s) "
+            "AND a.embedding IS NOT NULL AND b.embedding IS NOT NULL",
+            [agent_id, ids, ids],
+        )
+        similarity = {(a, b): float(s) for a, b, s in cursor.fetchall()}
+    return diversified(top, similarity, weight) + candidates[MMR_TOP:]
+
+
+def main(argv: list[str]) -> None:
+    from django.core.management import call_command
+
+    import search.services as services
+
+    nearest_before, results_before = services._nearest, services._results
+    centroids: dict = {}
+
+    def nearest(*, agent, vectors, identity, **rest):
+        alpha = getattr(settings, "MEMORYHUB_SEARCH_EXP_CENTER", 0.0)
+        centroid = _agent_centroid(agent.pk, identity, centroids) if alpha else None
+        if centroid is not None:
+            vectors = [centred(vector, centroid, alpha) for vector in vectors]
+        return nearest_before(agent=agent, vectors=vectors, identity=identity, **rest)
+
+    def results(*, agent_id, candidates, keyword, query="", **rest):
+        speaker = getattr(settings, "MEMORYHUB_SEARCH_EXP_SPEAKER", 0.0)
+        mmr = getattr(settings, "MEMORYHUB_SEARCH_EXP_MMR", 0.0)
+        min_lexemes = getattr(settings, "MEMORYHUB_SEARCH_EXP_MMR_MIN_LEXEMES", 0)
+        candidates = sorted(candidates, key=lambda c: -c.score)
+        if speaker and query and candidates:
+            candidates = _speaker_stage(agent_id=agent_id, query=query, candidates=candidates, keyword=keyword, weight=speaker)
+        if mmr and candidates and len(keyword.lexemes) >= min_lexemes:
+            candidates = _mmr_stage(agent_id=agent_id, candidates=candidates, weight=mmr)
+        return results_before(agent_id=agent_id, candidates=candidates, keyword=keyword, query=query, **rest)
+
+    services._nearest, services._results = nearest, results
+    if os.environ.get("STRETCH"):  # the observations check's set instead of the dev sets
+        from benchmarks.bench_data import DIALOGUE_CATEGORIES
+        from benchmarks.experiments.derived import bench_variants_on_locomo
+        from benchmarks.experiments.observations_check import observations_load
+
+        bench_variants_on_locomo(argv, name="dialogue", categories=DIALOGUE_CATEGORIES, load=observations_load)
+    else:
+        call_command("bench_variants", *argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
