@@ -65,9 +65,11 @@ $(LOCAL_STAMP): pyproject.toml | $(RUN_STAMP)
 	touch $@
 
 ## make bench-search: search quality on both dev sets (LoCoMo, meetings) through the live API with the local embedder (ARGS="--json", ...)
+# Its commands are not echoed: with ARGS=--json, stdout is the JSON document alone (a first run's installs
+# print before it).
 bench-search: $(TEST_STAMP) $(LOCAL_STAMP)
-	$(BIN)/python manage.py migrate --noinput -v 0
-	MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 $(BIN)/python manage.py bench_search $(ARGS)
+	@$(BIN)/python manage.py migrate --noinput -v 0
+	@MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 $(BIN)/python manage.py bench_search $(ARGS)
 
 clean-db:
 	-$(BIN)/python -m memoryhub.embedded_postgres stop

@@ -89,3 +89,16 @@ def test_the_local_embedder_is_installed_once_for_the_quality_benchmark(tmp_path
     (venv / ".installed-local").touch()
     assert torch_installs() == []
     assert pip_installs(dry_run("install-local", tmp_path)) == []
+
+
+def test_the_quality_benchmark_does_not_echo_its_commands_before_a_json_report():
+    """`make bench-search ARGS=--json > report.json` must hold the JSON alone: make echoed the migrate and
+    bench_search command lines onto stdout before it."""
+    makefile = (BASE_DIR / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(makefile) if line.startswith("bench-search:"))
+    recipe = []
+    for line in makefile[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line)
+    assert recipe and all(line.startswith("\t@") for line in recipe)
