@@ -22,6 +22,10 @@ meetings on both parts and left the dialogue-shaped set where it was.
 RRF: ``sum(w / (k + rank))`` over the halves, divided by its maximum ``sum(w / (k + 1))`` so that a chunk
 ranked first by both halves scores 1.0 and one ranked first by one half only scores that half's share.
 
+Long queries (``diversified``): a pasted stretch of dialogue talks about several memories, so its best
+candidates are reordered by maximal marginal relevance, each later one lowered by its likeness to those
+before it, and one event told in several notes does not take every result.
+
 Overlapping hits: the chunker overlaps neighbouring windows, so one passage can come back as two or
 three chunks of one file. ``overlaps_deferred`` moves a chunk that overlaps or touches a better-ranked
 chunk of the same file (or a chain of such chunks) behind every other hit: other answers come first, and the later chunk is still
@@ -51,6 +55,7 @@ class Candidate:
     keyword_score: float | None = None  # BM25 scaled to the query's best hit, 0..1
     rerank_rank: int | None = None  # 1-based rank given by the optional reranker (search/rerank.py)
     rerank_score: float | None = None
+    diversity_penalty: float | None = None  # what ``diversified`` took off the score (long queries)
 
     def explain(self) -> dict:
         explained = {
@@ -61,6 +66,8 @@ class Candidate:
         }
         if self.rerank_rank is not None:
             explained.update(rerank_rank=self.rerank_rank, rerank_score=round(self.rerank_score, 4))
+        if self.diversity_penalty is not None:
+            explained["diversity_penalty"] = round(self.diversity_penalty, 4)
         return explained
 
 
@@ -161,6 +168,38 @@ def adaptive_weights(candidates, vector_weight: float, keyword_weight: float) ->
     return vector_weight * (1 + vector_peak), keyword_weight * (1 + keyword_peak)
 
 
+# Candidates a long query's results are spread over (``diversified``); the rest keep their place after them.
+DIVERSITY_DEPTH = 30
+
+
+def diversified(ranked: list[Candidate], *, similarity: dict[tuple[int, int], float], weight: float) -> list[Candidate]:
+    """The first DIVERSITY_DEPTH candidates in the order of maximal marginal relevance: each next one is
+    the candidate whose score minus ``weight`` × its highest similarity to one taken before is best, and
+    that is its score from then on (the penalty is kept for ``explain``). ``similarity[(a, b)]`` is the
+    cosine similarity of two chunks' vectors; a pair without one (a chunk with no vector yet) counts 0.
+
+    For long queries (a pasted stretch of dialogue, which talks about several memories): their best
+    candidates are often one event told in several notes, and the six results then show it six times
+    over. The first result keeps its score; a later one loses at most ``weight``. Measured on the
+    dialogue-shaped sets (docs/search.md)."""
+    if weight <= 0 or len(ranked) < 2:
+        return ranked
+    head, tail = ranked[:DIVERSITY_DEPTH], ranked[DIVERSITY_DEPTH:]
+    taken: list[Candidate] = []
+    # Each candidate's highest similarity to the taken ones, updated as each is taken.
+    closest = {candidate.chunk_id: 0.0 for candidate in head}
+    while head:
+        best = max(head, key=lambda c: c.score - weight * closest[c.chunk_id])  # first of equals: fusion's order
+        head.remove(best)
+        penalty = weight * closest[best.chunk_id]
+        if taken:
+            best.score -= penalty
+            best.diversity_penalty = penalty
+        taken.append(best)
+        for candidate in head:
+            pair = similarity.get((candidate.chunk_id, best.chunk_id), similarity.get((best.chunk_id, candidate.chunk_id), 0.0))
+            closest[candidate.chunk_id] = max(closest[candidate.chunk_id], pair)
+    return taken + tail
 
 
 def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], weight: float) -> list[Candidate]:

@@ -1,8 +1,9 @@
 """memory_search: the one entry point every caller uses (REST API, tools, MCP, admin playground).
 
 query → validate → embed the query (LRU-cached) → vector and keyword candidates of this agent only,
-a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → min_score →
-overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
+a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → min_score → a long
+query's results spread over what it talks about → overlapping hits of one file deferred → snippets
+(search/snippets.py) until max_results.
 
 Bounds (search/deadline.py, search/query_breaker.py): every query runs under a statement timeout within
 the search's deadline, the query embedding has a short time limit of its own behind a circuit breaker,
@@ -37,14 +38,14 @@ from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
-from search.fusion import Candidate, fuse, neighbour_credit, overlaps_deferred
+from search.fusion import DIVERSITY_DEPTH, Candidate, diversified, fuse, neighbour_credit, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
 from search.snippets import FileLines, line_scores, snippet_build
 from search.types import SearchFilters, SearchResponse, SearchResult
-from search.vector import vector_candidates
+from search.vector import pairwise_similarity, vector_candidates
 from search.vector_index import USABLE_INDEX_SQL, agent_vector_index_name
 from memoryhub.usage.services import search_record
 
@@ -530,6 +531,9 @@ def _results(
         candidates.sort(key=lambda c: -c.score)
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
+    diversity = long_query_diversity(keyword.lexemes)
+    if diversity and len(candidates) > 1:
+        candidates = _diversified(agent_id=agent_id, candidates=candidates, weight=diversity, deadline=deadline)
     if rerank_enabled() and query:
         candidates = _reranked(agent_id=agent_id, query=query, candidates=candidates, deadline=deadline, notes=notes)
     candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
@@ -599,6 +603,31 @@ def _results(
                 )
             )
     return results, best_below
+
+
+def long_query_diversity(lexemes: list[str]) -> float:
+    """The diversity weight for a query of these lexemes: MEMORYHUB_SEARCH_DIVERSITY for a query of at
+    least MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES distinct words (a pasted stretch of dialogue), else 0."""
+    if len(lexemes) < settings.MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES:
+        return 0.0
+    return settings.MEMORYHUB_SEARCH_DIVERSITY
+
+
+def _diversified(*, agent_id: int, candidates: list[Candidate], weight: float, deadline: SearchDeadline) -> list[Candidate]:
+    """A long query's best candidates spread over what it talks about (fusion.diversified), with the
+    similarities of their vectors; out of time, or without vectors, the order stays the fusion's."""
+    identity = configured_identity()
+    if not identity.has_vectors:
+        return candidates
+    try:
+        with deadline.queries():
+            similarity = pairwise_similarity(
+                agent_id=agent_id, chunk_ids=[c.chunk_id for c in candidates[:DIVERSITY_DEPTH]],
+                identity_key=identity.key, dims=identity.dimensions,
+            )
+    except SearchTimedOut:
+        return candidates
+    return diversified(candidates, similarity=similarity, weight=weight)
 
 
 def _reranked(

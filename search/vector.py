@@ -245,3 +245,20 @@ def _hnsw_search(
         cursor.execute(setting, setting_params)
         cursor.execute(inner, inner_params)
         return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]
+
+
+def pairwise_similarity(*, agent_id: int, chunk_ids: list[int], identity_key: str, dims: int) -> dict[tuple[int, int], float]:
+    """The cosine similarity of every pair of these chunks of the agent that have a vector of this
+    identity, keyed (smaller id, larger id): one statement, n(n-1)/2 rows for n chunks (435 for 30)."""
+    if len(chunk_ids) < 2 or not dims:
+        return {}
+    dims = int(dims)
+    sql = (
+        "WITH v AS MATERIALIZED ("
+        f"SELECT c.id, c.embedding::vector({dims}) AS e FROM {CHUNK} c WHERE c.agent_id = {int(agent_id)} "
+        f"AND c.id = ANY(%s) AND c.embedding_dimensions = {dims} AND c.embedding_identity = %s AND c.embedding IS NOT NULL) "
+        "SELECT a.id, b.id, 1 - (a.e <=> b.e) FROM v a JOIN v b ON a.id < b.id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(chunk_ids), identity_key])
+        return {(a, b): float(s) for a, b, s in cursor.fetchall()}

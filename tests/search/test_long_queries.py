@@ -1,12 +1,14 @@
 """A query longer than the embedding model's window (a pasted stretch of dialogue) is read whole: every
 window of it is embedded and a memory close to any window is found at that window's distance; and the
-keyword half uses the query's words wherever they stand, not only its first 64 lexemes."""
+keyword half uses the query's words wherever they stand, not only its first 64 lexemes; its results are
+spread over what it talks about."""
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from indexing.chunking import chunk_markdown
 from search.query_windows import query_windows
+from search.keyword import query_lexemes
 from search.services import memory_search
 
 FILLER = [f"Ben: we talked about topic{i} and nothing else today, word{i} and thing{i}." for i in range(40)]
@@ -50,3 +52,59 @@ def test_the_keyword_half_reads_past_the_first_64_lexemes(alice, index_files):
     query = " ".join(f"filler{i}" for i in range(100)) + " marmalade"
     response = memory_search(agent=alice.agent, query=query, mode="keyword")
     assert [r.path for r in response.results] == ["memory/notes.md"]
+
+
+# Two notes retell one event; a third is another event the same dialogue talks about.
+RETOLD = {
+    "memory/events/puppy-1.md": "Ana adopts a greyhound puppy called Biscuit at the shelter.",
+    "memory/events/puppy-2.md": "Ana adopts a greyhound puppy called Biscuit from the shelter.",
+    "memory/events/kitchen.md": "Ben repaints the kitchen cupboards green.",
+    **{f"memory/events/other-{i}.md": f"Somebody mentions topic{i} once." for i in range(4)},
+}
+DIALOGUE = "\n".join(
+    FILLER[:10] + ["Ana: I adopted a greyhound puppy at the shelter, Biscuit! The puppy Biscuit loves the shelter staff.",
+                  "Ben: Lovely. My kitchen is a mess."]
+)
+
+
+def test_a_long_querys_results_spread_over_what_it_talks_about(alice, index_files, settings):
+    index_files(alice, RETOLD)
+    settings.MEMORYHUB_SEARCH_DIVERSITY = 1.0
+    assert len(query_lexemes(DIALOGUE)) >= settings.MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES
+    response = memory_search(agent=alice.agent, query=DIALOGUE, max_results=2, explain=True)
+    first, second = response.results
+    assert first.path.startswith("memory/events/puppy-") and not second.path.startswith("memory/events/puppy-")
+    assert "diversity_penalty" not in first.explain and second.explain["diversity_penalty"] >= 0
+
+    settings.MEMORYHUB_SEARCH_DIVERSITY = 0  # off: the retelling comes second
+    plain = memory_search(agent=alice.agent, query=DIALOGUE, max_results=2, explain=True)
+    assert sorted(r.path for r in plain.results) == ["memory/events/puppy-1.md", "memory/events/puppy-2.md"]
+    assert all("diversity_penalty" not in r.explain for r in plain.results)
+
+
+def test_a_question_is_not_spread_however_alike_its_best_results(alice, index_files, settings):
+    index_files(alice, RETOLD)
+    settings.MEMORYHUB_SEARCH_DIVERSITY = 1.0
+    question = "Which greyhound puppy did Ana adopt at the shelter near her kitchen?"
+    response = memory_search(agent=alice.agent, query=question, max_results=2)
+    assert sorted(r.path for r in response.results) == ["memory/events/puppy-1.md", "memory/events/puppy-2.md"]
+    # The same question counts as long once the threshold is its own number of words.
+    settings.MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES = len(query_lexemes(question))
+    spread = memory_search(agent=alice.agent, query=question, max_results=2)
+    assert not spread.results[1].path.startswith("memory/events/puppy-")
+
+
+def test_a_long_query_whose_similarities_run_out_of_time_keeps_the_fusions_order(alice, index_files, settings, monkeypatch):
+    from search import services
+    from search.deadline import SearchTimedOut
+
+    index_files(alice, RETOLD)
+    settings.MEMORYHUB_SEARCH_DIVERSITY = 1.0
+
+    def too_slow(**kwargs):
+        raise SearchTimedOut
+
+    monkeypatch.setattr(services, "pairwise_similarity", too_slow)
+    response = memory_search(agent=alice.agent, query=DIALOGUE, max_results=2, explain=True)
+    assert sorted(r.path for r in response.results) == ["memory/events/puppy-1.md", "memory/events/puppy-2.md"]
+    assert all("diversity_penalty" not in r.explain for r in response.results)
