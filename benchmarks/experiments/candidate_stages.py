@@ -1,6 +1,6 @@
-"""Experiment (docs/search.md, "Centred queries, speakers' lines, diversity, chunk overlap: not kept"):
-three ways to reorder the candidates, measured in the ``bench_variants`` harness and not built into the
-service.
+"""Experiment (docs/search.md, "Centred queries, speakers' lines, diversity for every query, chunk overlap:
+not kept"): two ways to reorder the candidates, measured in the ``bench_variants`` harness and not built
+into the service.
 
 Each is a variant setting read only here (0 = off, the service's own search):
 
@@ -11,24 +11,20 @@ Each is a variant setting read only here (0 = off, the service's own search):
   paint?", "What did the professor think about clustering?") is answered by that speaker's lines. Each of
   the 50 best candidates is scored × (1 - w × (1 - share)), ``share`` the part of its query-word weight
   (IDF) that stands in lines of a named speaker (without words: the part of its lines they speak).
-- ``MEMORYHUB_SEARCH_EXP_MMR=b``: maximal marginal relevance over the 30 best candidates: each in turn
-  is the one with the best fused score minus ``b`` × its highest cosine similarity to a candidate already
-  taken, and that value is its score. ``MEMORYHUB_SEARCH_EXP_MMR_MIN_LEXEMES=n`` applies it only to
-  queries of at least ``n`` distinct lexemes (40: the long queries of the dialogue shape).
 
-The stages run where the service's rerank stage does (after fusion, the neighbour lift and
-``min_score``, before the snippets), by wrapping ``search.services._results`` and ``_nearest``:
+The speaker stage runs before the service's own steps on the fused candidates (``min_score``, the long
+queries' spread, the rerank stage, snippets), by wrapping ``search.services._results``; the centring
+wraps ``_nearest``:
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/candidate_stages.py \\
-        --data ../shared/data/locomo-dev.json --data ../shared/data/qmsum-dev.json --reuse s34 --part all \\
-        --variant 'center0.5:MEMORYHUB_SEARCH_EXP_CENTER=0.5' --variant 'speaker0.4:MEMORYHUB_SEARCH_EXP_SPEAKER=0.4' \\
-        --variant 'mmr0.1:MEMORYHUB_SEARCH_EXP_MMR=0.1'
+        --reuse s34 --part all \\
+        --variant 'center0.5:MEMORYHUB_SEARCH_EXP_CENTER=0.5' --variant 'speaker0.4:MEMORYHUB_SEARCH_EXP_SPEAKER=0.4'
 
-With ``STRETCH=16`` (or 8) in the environment it asks the set of observations_check.py instead
-(``--data`` the LoCoMo file only, and that script's tags, e.g. ``--reuse obs16``). Arguments after the
-script name are bench_variants' own. The chunk-overlap rows of the same section need
-no script: they are ``bench_variants`` runs with ``MEMORYHUB_CHUNK_TOKENS`` / ``MEMORYHUB_CHUNK_OVERLAP`` set
-for the whole command and a tag of their own (the index is built with them).
+Arguments after the script name are bench_variants' own. The other rows of the same section need no
+script: diversity for every query is the service's ``MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES=1``, and
+the chunk-overlap rows are ``bench_variants`` runs with ``MEMORYHUB_CHUNK_TOKENS`` /
+``MEMORYHUB_CHUNK_OVERLAP`` set for the whole command and a tag of their own (the index is built with
+them).
 """
 
 import math
@@ -47,7 +43,6 @@ from django.conf import settings  # noqa: E402
 SPEAKER_LINE = re.compile(r"^([A-Z][^:\n]{0,39}):\s")
 WORD = re.compile(r"[a-z0-9]+")
 SPEAKER_TOP = 50
-MMR_TOP = 30
 
 
 def _words(text: str) -> list[str]:
@@ -95,22 +90,6 @@ def centred(vector: list[float], centroid: list[float], alpha: float) -> list[fl
     return [value / norm for value in moved]
 
 
-def diversified(candidates: list, similarity: dict[tuple[int, int], float], weight: float) -> list:
-    """Maximal marginal relevance: candidates in greedy order of score minus ``weight`` × the highest
-    similarity to one taken before; each candidate's score becomes that value (never higher)."""
-    remaining, taken = list(candidates), []
-    while remaining:
-        def value(candidate):
-            penalty = max((similarity.get((candidate.chunk_id, other.chunk_id), 0.0) for other in taken), default=0.0)
-            return candidate.score - weight * penalty
-
-        best = max(remaining, key=value)  # the first of equals: the fusion's order breaks ties
-        best.score = value(best)
-        remaining.remove(best)
-        taken.append(best)
-    return taken
-
-
 def _agent_centroid(agent_id: int, identity, cache: dict) -> list[float] | None:
     from indexing.tables import CHUNK
     from memoryhub.replicas import read_connection
@@ -147,24 +126,6 @@ def _speaker_stage(*, agent_id: int, query: str, candidates: list, keyword, weig
     return sorted(top, key=lambda c: -c.score) + candidates[SPEAKER_TOP:]
 
 
-def _mmr_stage(*, agent_id: int, candidates: list, weight: float) -> list:
-    from indexing.tables import CHUNK
-    from memoryhub.replicas import read_connection
-
-    top = candidates[:MMR_TOP]
-    ids = [c.chunk_id for c in top]
-    with read_connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) FROM {CHUNK} a JOIN {CHUNK} b "
-            "ON a.agent_id = b.agent_id AND a.id <> b.id AND a.embedding_dimensions = b.embedding_dimensions "
-            "WHERE a.agent_id = %s AND a.id = ANY(%s) AND b.id = ANY(%s) "
-            "AND a.embedding IS NOT NULL AND b.embedding IS NOT NULL",
-            [agent_id, ids, ids],
-        )
-        similarity = {(a, b): float(s) for a, b, s in cursor.fetchall()}
-    return diversified(top, similarity, weight) + candidates[MMR_TOP:]
-
-
 def main(argv: list[str]) -> None:
     from django.core.management import call_command
 
@@ -182,24 +143,13 @@ def main(argv: list[str]) -> None:
 
     def results(*, agent_id, candidates, keyword, query="", **rest):
         speaker = getattr(settings, "MEMORYHUB_SEARCH_EXP_SPEAKER", 0.0)
-        mmr = getattr(settings, "MEMORYHUB_SEARCH_EXP_MMR", 0.0)
-        min_lexemes = getattr(settings, "MEMORYHUB_SEARCH_EXP_MMR_MIN_LEXEMES", 0)
-        candidates = sorted(candidates, key=lambda c: -c.score)
         if speaker and query and candidates:
+            candidates = sorted(candidates, key=lambda c: -c.score)
             candidates = _speaker_stage(agent_id=agent_id, query=query, candidates=candidates, keyword=keyword, weight=speaker)
-        if mmr and candidates and len(keyword.lexemes) >= min_lexemes:
-            candidates = _mmr_stage(agent_id=agent_id, candidates=candidates, weight=mmr)
         return results_before(agent_id=agent_id, candidates=candidates, keyword=keyword, query=query, **rest)
 
     services._nearest, services._results = nearest, results
-    if os.environ.get("STRETCH"):  # the observations check's set instead of the dev sets
-        from benchmarks.bench_data import DIALOGUE_CATEGORIES
-        from benchmarks.experiments.derived import bench_variants_on_locomo
-        from benchmarks.experiments.observations_check import observations_load
-
-        bench_variants_on_locomo(argv, name="dialogue", categories=DIALOGUE_CATEGORIES, load=observations_load)
-    else:
-        call_command("bench_variants", *argv)
+    call_command("bench_variants", *argv)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,13 @@
 """benchmarks/experiments/: the derived checks docs/search.md quotes, on a made-up conversation.
 observations_check.py: LoCoMo-shaped observations as dated notes, stretches of dialogue as queries;
 daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries;
-candidate_stages.py: the speaker, diversity and centring stages' arithmetic."""
+candidate_stages.py: the speaker and centring stages' arithmetic."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.experiments.candidate_stages import centred, diversified, named_speakers, speaker_of, speaker_share
-
+from benchmarks.experiments.candidate_stages import centred, named_speakers, speaker_of, speaker_share
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
 from benchmarks.experiments.observations_check import observations_load
@@ -116,15 +114,6 @@ def test_a_chunks_speaker_share_is_the_part_of_its_query_word_weight_in_the_name
     # no query word in the chunk: the part of its spoken lines the named speaker says
     assert speaker_share(lines, {"Caroline"}, {"guitar": 1.0}) == pytest.approx(1 / 3)
     assert speaker_share(["no speakers here"], {"Melanie"}, {"guitar": 1.0}) == 1.0
-
-
-def test_diversity_takes_the_best_first_then_penalises_what_resembles_the_taken():
-    a, b, c = (SimpleNamespace(chunk_id=i, score=s) for i, s in ((1, 0.9), (2, 0.85), (3, 0.8)))
-    similarity = {(2, 1): 0.9, (1, 2): 0.9, (3, 1): 0.1, (1, 3): 0.1, (2, 3): 0.2, (3, 2): 0.2}
-    order = diversified([a, b, c], similarity, weight=0.2)
-    assert [x.chunk_id for x in order] == [1, 3, 2]  # 2 is close to 1: 0.85 - 0.18 < 0.8 - 0.02
-    assert [round(x.score, 3) for x in order] == [0.9, 0.78, 0.67]
-    assert [x.chunk_id for x in diversified([SimpleNamespace(chunk_id=i, score=0.5) for i in (4, 5)], {}, 0.3)] == [4, 5]
 
 
 def test_a_centred_query_is_the_query_minus_the_mean_of_unit_length():
