@@ -129,6 +129,25 @@ def test_every_query_of_a_search_runs_under_the_statement_timeout(alice, index_f
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
+def test_a_long_querys_similarities_run_under_the_statement_timeout_too(alice, index_files, notes, settings):
+    """The spread of a long query's results (search/fusion.py diversified) reads its candidates' vector
+    similarities in one more statement: bounded like the others."""
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
+    index_files(alice, {"memory/notes.md": notes})
+    long_query = " ".join(notes.split()[:120])
+    similarity_timeouts = []
+
+    def record(execute, sql, params, many, context):
+        if "<=> b.e" in sql:
+            similarity_timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        response = memory_search(agent=alice.agent, query=long_query)
+    assert response.results  # the notes' sections are several candidates: the statement ran, once
+    assert similarity_timeouts == ["1234ms"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_outside_a_transaction_each_statement_carries_the_timeout_in_its_own_round_trip(alice, index_files, notes, settings, monkeypatch):
     from django.db.backends.postgresql.base import Cursor
