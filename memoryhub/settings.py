@@ -491,11 +491,13 @@ MEMORYHUB_SEARCH_BM25_LONG_QUERY_LEXEMES = env_int("MEMORYHUB_SEARCH_BM25_LONG_Q
 MEMORYHUB_SEARCH_BM25_LONG_K1 = env_float("MEMORYHUB_SEARCH_BM25_LONG_K1", 2.2, minimum=0, maximum=10)
 MEMORYHUB_SEARCH_BM25_LONG_B = env_float("MEMORYHUB_SEARCH_BM25_LONG_B", 1.0, minimum=0, maximum=1)
 # A long query (a pasted stretch of dialogue) talks about several memories, so its results are spread over
-# them: among the 30 best candidates each next result is the one whose score minus DIVERSITY x its cosine
+# them: among the DEPTH best candidates each next result is the one whose score minus DIVERSITY x its cosine
 # similarity to a result taken before is best (maximal marginal relevance; that value is its score). For
-# queries of at least DIVERSITY_MIN_LEXEMES distinct words; 0 = off. Measured in docs/search.md.
+# queries of at least DIVERSITY_MIN_LEXEMES distinct words; 0 = off. DEPTH costs DEPTH x (DEPTH - 1) / 2
+# similarities in one statement. Measured in docs/search.md.
 MEMORYHUB_SEARCH_DIVERSITY = env_float("MEMORYHUB_SEARCH_DIVERSITY", 0.2, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES = env_int("MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES", 40, minimum=1)
+MEMORYHUB_SEARCH_DIVERSITY_DEPTH = env_int("MEMORYHUB_SEARCH_DIVERSITY_DEPTH", 30, minimum=2, maximum=100)
 # Each candidate's fused score lifted towards the mean of its neighbours' in its file (the chunks just
 # before and after it), max(score, (score + w * mean) / (1 + w)): an answer inside a stretch of matching
 # chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5

@@ -168,15 +168,14 @@ def adaptive_weights(candidates, vector_weight: float, keyword_weight: float) ->
     return vector_weight * (1 + vector_peak), keyword_weight * (1 + keyword_peak)
 
 
-# Candidates a long query's results are spread over (``diversified``); the rest keep their place after them.
-DIVERSITY_DEPTH = 30
-
-
-def diversified(ranked: list[Candidate], *, similarity: dict[tuple[int, int], float], weight: float) -> list[Candidate]:
-    """The first DIVERSITY_DEPTH candidates in the order of maximal marginal relevance: each next one is
+def diversified(
+    ranked: list[Candidate], *, similarity: dict[tuple[int, int], float], weight: float, depth: int
+) -> list[Candidate]:
+    """The first ``depth`` candidates in the order of maximal marginal relevance: each next one is
     the candidate whose score minus ``weight`` × its highest similarity to one taken before is best, and
     that is its score from then on (the penalty is kept for ``explain``). ``similarity[(a, b)]`` is the
     cosine similarity of two chunks' vectors; a pair without one (a chunk with no vector yet) counts 0.
+    The candidates after the first ``depth`` keep their place after them.
 
     For long queries (a pasted stretch of dialogue, which talks about several memories): their best
     candidates are often one event told in several notes, and the six results then show it six times
@@ -184,7 +183,7 @@ def diversified(ranked: list[Candidate], *, similarity: dict[tuple[int, int], fl
     dialogue-shaped sets (docs/search.md)."""
     if weight <= 0 or len(ranked) < 2:
         return ranked
-    head, tail = ranked[:DIVERSITY_DEPTH], ranked[DIVERSITY_DEPTH:]
+    head, tail = ranked[:depth], ranked[depth:]
     taken: list[Candidate] = []
     # Each candidate's highest similarity to the taken ones, updated as each is taken.
     closest = {candidate.chunk_id: 0.0 for candidate in head}

@@ -38,7 +38,7 @@ from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
-from search.fusion import DIVERSITY_DEPTH, Candidate, diversified, fuse, neighbour_credit, overlaps_deferred
+from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
@@ -619,15 +619,16 @@ def _diversified(*, agent_id: int, candidates: list[Candidate], weight: float, d
     identity = configured_identity()
     if not identity.has_vectors:
         return candidates
+    depth = settings.MEMORYHUB_SEARCH_DIVERSITY_DEPTH
     try:
         with deadline.queries():
             similarity = pairwise_similarity(
-                agent_id=agent_id, chunk_ids=[c.chunk_id for c in candidates[:DIVERSITY_DEPTH]],
+                agent_id=agent_id, chunk_ids=[c.chunk_id for c in candidates[:depth]],
                 identity_key=identity.key, dims=identity.dimensions,
             )
     except SearchTimedOut:
         return candidates
-    return diversified(candidates, similarity=similarity, weight=weight)
+    return diversified(candidates, similarity=similarity, weight=weight, depth=depth)
 
 
 def _reranked(

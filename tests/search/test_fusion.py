@@ -2,7 +2,7 @@
 
 import pytest
 
-from search.fusion import DIVERSITY_DEPTH, Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, similarity
+from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, similarity
 from search.keyword import KeywordHit
 
 
@@ -158,7 +158,7 @@ def test_diversified_takes_the_best_then_the_one_least_like_those_taken():
     # Chunk 2 retells chunk 1 (similarity 0.9); chunk 3 is about something else.
     ranked = [Candidate(1, 0.9), Candidate(2, 0.85), Candidate(3, 0.8)]
     similarity = {(1, 2): 0.9, (1, 3): 0.1, (2, 3): 0.2}
-    order = diversified(ranked, similarity=similarity, weight=0.2)
+    order = diversified(ranked, similarity=similarity, weight=0.2, depth=30)
     assert [c.chunk_id for c in order] == [1, 3, 2]  # 0.8 - 0.02 passes 0.85 - 0.18
     assert [round(c.score, 4) for c in order] == [0.9, 0.78, 0.67]  # the value it was taken at
     assert [c.diversity_penalty for c in order] == [None, pytest.approx(0.02), pytest.approx(0.18)]
@@ -167,15 +167,17 @@ def test_diversified_takes_the_best_then_the_one_least_like_those_taken():
 
 def test_diversified_keeps_the_fusions_order_without_a_weight_or_a_vector():
     ranked = [Candidate(1, 0.9), Candidate(2, 0.85)]
-    assert diversified(ranked, similarity={(1, 2): 0.99}, weight=0) == ranked
+    assert diversified(ranked, similarity={(1, 2): 0.99}, weight=0, depth=30) == ranked
     # A pair without a similarity (a chunk with no vector yet) counts as unlike: nothing moves.
-    assert [c.chunk_id for c in diversified(ranked, similarity={}, weight=1.0)] == [1, 2]
+    assert [c.chunk_id for c in diversified(ranked, similarity={}, weight=1.0, depth=30)] == [1, 2]
     assert [c.score for c in ranked] == [0.9, 0.85]
 
 
-def test_diversified_reorders_only_the_best_candidates():
-    ranked = [Candidate(i, 1 - i / 100) for i in range(DIVERSITY_DEPTH + 5)]
-    every_pair_alike = {(a, b): 1.0 for a in range(len(ranked)) for b in range(a + 1, len(ranked))}
-    order = diversified(ranked, similarity=every_pair_alike, weight=0.5)
-    assert [c.chunk_id for c in order] == list(range(len(ranked)))  # all alike: the order stays
-    assert [c.score for c in order[DIVERSITY_DEPTH:]] == [1 - i / 100 for i in range(DIVERSITY_DEPTH, len(ranked))]
+def test_diversified_reorders_only_the_best_depth_candidates():
+    # 0 and 1 are alike, 2 is not; with depth 2 only 0 and 1 are reordered, and 2 stays after them.
+    ranked = [Candidate(0, 0.9), Candidate(1, 0.85), Candidate(2, 0.8)]
+    alike = {(0, 1): 1.0}
+    assert [c.chunk_id for c in diversified(ranked, similarity=alike, weight=0.5, depth=2)] == [0, 1, 2]
+    assert [round(c.score, 2) for c in ranked] == [0.9, 0.35, 0.8]  # 1 lowered, 2 untouched
+    ranked = [Candidate(0, 0.9), Candidate(1, 0.85), Candidate(2, 0.8)]
+    assert [c.chunk_id for c in diversified(ranked, similarity=alike, weight=0.5, depth=3)] == [0, 2, 1]
