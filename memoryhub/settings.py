@@ -498,6 +498,12 @@ MEMORYHUB_SEARCH_BM25_LONG_B = env_float("MEMORYHUB_SEARCH_BM25_LONG_B", 1.0, mi
 MEMORYHUB_SEARCH_DIVERSITY = env_float("MEMORYHUB_SEARCH_DIVERSITY", 0.2, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES = env_int("MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES", 40, minimum=1)
 MEMORYHUB_SEARCH_DIVERSITY_DEPTH = env_int("MEMORYHUB_SEARCH_DIVERSITY_DEPTH", 30, minimum=2, maximum=100)
+# A question that names a day, a month or a year ("on 1 May, 2022", "in July 2022", "in June") favours the
+# files written then or up to AFTER_DAYS later (the day from a memory/YYYY-MM-DD path or the file's title
+# line): when a candidate's file is one, every other candidate's score is multiplied by 1 - BOOST. 0 = off.
+# Measured in docs/search.md.
+MEMORYHUB_SEARCH_DATE_BOOST = env_float("MEMORYHUB_SEARCH_DATE_BOOST", 0.3, minimum=0, maximum=1)
+MEMORYHUB_SEARCH_DATE_AFTER_DAYS = env_int("MEMORYHUB_SEARCH_DATE_AFTER_DAYS", 14, minimum=0, maximum=366)
 # Each candidate's fused score lifted towards the mean of its neighbours' in its file (the chunks just
 # before and after it), max(score, (score + w * mean) / (1 + w)): an answer inside a stretch of matching
 # chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5

@@ -56,6 +56,7 @@ class Candidate:
     rerank_rank: int | None = None  # 1-based rank given by the optional reranker (search/rerank.py)
     rerank_score: float | None = None
     diversity_penalty: float | None = None  # what ``diversified`` took off the score (long queries)
+    date_match: bool | None = None  # a question naming a date: whether this chunk's file was written then
 
     def explain(self) -> dict:
         explained = {
@@ -68,6 +69,8 @@ class Candidate:
             explained.update(rerank_rank=self.rerank_rank, rerank_score=round(self.rerank_score, 4))
         if self.diversity_penalty is not None:
             explained["diversity_penalty"] = round(self.diversity_penalty, 4)
+        if self.date_match is not None:
+            explained["date_match"] = self.date_match
         return explained
 
 

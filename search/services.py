@@ -1,7 +1,8 @@
 """memory_search: the one entry point every caller uses (REST API, tools, MCP, admin playground).
 
 query → validate → embed the query (LRU-cached) → vector and keyword candidates of this agent only,
-a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → min_score → a long
+a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → a question's named
+dates (search/dates.py) → min_score → a long
 query's results spread over what it talks about → overlapping hits of one file deferred → snippets
 (search/snippets.py) until max_results.
 
@@ -39,6 +40,7 @@ from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred
+from search.dates import file_day, in_spans, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
@@ -529,6 +531,8 @@ def _results(
         for c in candidates:
             c.score *= recency_factor(paths.get(spans[c.chunk_id][0], ""), today=today, boost=boost, half_life_days=half_life)
         candidates.sort(key=lambda c: -c.score)
+    if settings.MEMORYHUB_SEARCH_DATE_BOOST > 0 and candidates and query:
+        candidates = _date_boosted(agent_id=agent_id, query=query, candidates=candidates, spans=spans, deadline=deadline)
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
     diversity = long_query_diversity(keyword.lexemes)
@@ -603,6 +607,54 @@ def _results(
                 )
             )
     return results, best_below
+
+
+def _date_boosted(
+    *, agent_id: int, query: str, candidates: list[Candidate], spans: dict[int, tuple[int, int, int]], deadline: SearchDeadline
+) -> list[Candidate]:
+    """A question that names a day, a month or a year (search/dates.py) favours the files written in
+    that span or within MEMORYHUB_SEARCH_DATE_AFTER_DAYS after it: when any candidate's file is one, every
+    other candidate's score is multiplied by 1 - MEMORYHUB_SEARCH_DATE_BOOST (so a file of the right day
+    can pass the best match of another day; scores stay on 0..1). ``explain`` gives ``date_match``. Out
+    of time, the scores stay as fused."""
+    asked = query_spans(query)
+    if not asked:
+        return candidates
+    try:
+        with deadline.queries():
+            days = _file_days(agent_id=agent_id, file_ids={spans[c.chunk_id][0] for c in candidates})
+    except SearchTimedOut:
+        return candidates
+    after = settings.MEMORYHUB_SEARCH_DATE_AFTER_DAYS
+    for candidate in candidates:
+        day = days.get(spans[candidate.chunk_id][0])
+        candidate.date_match = day is not None and in_spans(day, asked, after_days=after)
+    if not any(candidate.date_match for candidate in candidates):
+        for candidate in candidates:
+            candidate.date_match = None
+        return candidates
+    for candidate in candidates:
+        if not candidate.date_match:
+            candidate.score *= 1 - settings.MEMORYHUB_SEARCH_DATE_BOOST
+    return sorted(candidates, key=lambda c: -c.score)
+
+
+# The day of each file: its path's date, else its title line. The title is read only from files small
+# enough to be read whole for snippets, so a dated question never reads a large file's content.
+_FILE_DAYS_SQL = (
+    "SELECT id, path, CASE WHEN size <= %(whole_max)s THEN split_part(left(content, 300), E'\\n', 1) ELSE '' END "
+    f"FROM {FILE} WHERE agent_id = %(agent)s AND id = ANY(%(ids)s)"
+)
+
+
+def _file_days(*, agent_id: int, file_ids: set[int]) -> dict[int, date]:
+    with read_connection.cursor() as cursor:
+        cursor.execute(
+            _FILE_DAYS_SQL,
+            {"whole_max": settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES, "agent": agent_id, "ids": sorted(file_ids)},
+        )
+        found = {file_id: file_day(path, title) for file_id, path, title in cursor.fetchall()}
+    return {file_id: day for file_id, day in found.items() if day is not None}
 
 
 def long_query_diversity(lexemes: list[str]) -> float:

@@ -148,6 +148,23 @@ def test_a_long_querys_similarities_run_under_the_statement_timeout_too(alice, i
     assert similarity_timeouts == ["1234ms"]
 
 
+def test_a_dated_questions_file_days_are_read_under_the_statement_timeout_too(alice, index_files, notes, settings):
+    """A question naming a date (search/dates.py) reads its candidates' file days in one more statement."""
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
+    index_files(alice, {"memory/2026-03-03.md": notes})
+    day_timeouts = []
+
+    def record(execute, sql, params, many, context):
+        if "split_part(left(content" in sql:
+            day_timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        response = memory_search(agent=alice.agent, query="When did we deploy the billing service on 3 March, 2026?")
+    assert response.results
+    assert day_timeouts == ["1234ms"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_outside_a_transaction_each_statement_carries_the_timeout_in_its_own_round_trip(alice, index_files, notes, settings, monkeypatch):
     from django.db.backends.postgresql.base import Cursor

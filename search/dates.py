@@ -1,0 +1,113 @@
+"""Dates named by a question, and the date of a memory file, for questions about a time.
+
+"What movie did Joanna watch on 1 May, 2022?" is answered by a turn that says "last night"; only its
+file says when: a dated note's path (``memory/2022-05-02.md``) or its title line ("# Session 10 (7:33 pm
+on 2 May, 2022)", "# 2 May, 2022"). A question that names a day, a month or a year asks about the files
+written in that span or shortly after it (what happened is told on the day or in the following days).
+
+``query_spans`` reads the spans a question names; ``file_day`` the day of a file; ``in_spans`` whether a
+file's day falls in one of them, allowing ``after_days`` for the telling.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import date, timedelta
+
+MONTHS = {name.lower(): number for number, name in enumerate(calendar.month_name) if name}
+MONTHS.update({name.lower(): number for number, name in enumerate(calendar.month_abbr) if name})
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d\d)"
+# Longest forms first: each match is taken out of the text before the shorter forms are looked for.
+_FORMS = [
+    ("dmy", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\.?,?\s+{_YEAR}\b")),
+    ("mdy", re.compile(rf"\b{_MONTH}\.?\s+{_DAY},?\s+{_YEAR}\b")),
+    ("iso", re.compile(r"\b((?:19|20)\d\d)-(\d\d)-(\d\d)\b")),
+    ("my", re.compile(rf"\b{_MONTH}\.?,?\s+(?:of\s+)?{_YEAR}\b")),
+    ("dm", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b")),
+    ("md", re.compile(rf"\b{_MONTH}\.?\s+{_DAY}\b(?!\s*(?:am|pm|%|:))")),
+    ("m", re.compile(rf"\b(?:in|during|of|since|by|before|after|early|late|mid|last|this)\s+(?:mid-)?{_MONTH}\b")),
+    ("y", re.compile(rf"\b(?:in|during|of|since|by)\s+{_YEAR}\b")),
+]
+_PATH_DAY = re.compile(r"(?:^|/)((?:19|20)\d\d)-(\d\d)-(\d\d)[^/]*$")
+_TITLE_DAY = re.compile(rf"{_DAY}\s+{_MONTH},?\s+{_YEAR}", re.IGNORECASE)
+
+# (first day, last day, month) — month set and days None for "in July" without a year: any year's July.
+Span = tuple[date | None, date | None, int | None]
+
+
+def _month_end(year: int, month: int) -> date:
+    return date(year, month, calendar.monthrange(year, month)[1])
+
+
+def query_spans(query: str) -> list[Span]:
+    """The days, months and years a question names, as spans; [] when it names none."""
+    text = query.lower()
+    spans: list[Span] = []
+    for form, pattern in _FORMS:
+        for match in pattern.finditer(text):
+            groups = match.groups()
+            try:
+                if form == "dmy":
+                    day = date(int(groups[2]), MONTHS[groups[1]], int(groups[0]))
+                    spans.append((day, day, None))
+                elif form == "mdy":
+                    day = date(int(groups[2]), MONTHS[groups[0]], int(groups[1]))
+                    spans.append((day, day, None))
+                elif form == "iso":
+                    day = date(int(groups[0]), int(groups[1]), int(groups[2]))
+                    spans.append((day, day, None))
+                elif form == "my":
+                    year, month = int(groups[1]), MONTHS[groups[0]]
+                    spans.append((date(year, month, 1), _month_end(year, month), None))
+                elif form in ("dm", "md"):
+                    day, month = (groups[0], groups[1]) if form == "dm" else (groups[1], groups[0])
+                    if not 1 <= int(day) <= 31:
+                        continue
+                    spans.append((None, None, MONTHS[month]))
+                elif form == "m":
+                    spans.append((None, None, MONTHS[groups[0]]))
+                else:
+                    year = int(groups[0])
+                    spans.append((date(year, 1, 1), date(year, 12, 31), None))
+            except ValueError:  # "31 June"
+                continue
+        text = pattern.sub(" ", text)
+    return spans
+
+
+def file_day(path: str, title: str) -> date | None:
+    """The day a file was written: its path's ``YYYY-MM-DD``, else the last "D Month, YYYY" of its title."""
+    match = _PATH_DAY.search(path)
+    if match:
+        try:
+            return date(*(int(part) for part in match.groups()))
+        except ValueError:
+            pass
+    found = _TITLE_DAY.findall(title or "")
+    if found:
+        day, month, year = found[-1]
+        try:
+            return date(int(year), MONTHS[month.lower()], int(day))
+        except ValueError:
+            return None
+    return None
+
+
+def in_spans(day: date, spans: list[Span], *, after_days: int) -> bool:
+    """Whether a file written on ``day`` tells of one of the spans: written within it, or at most
+    ``after_days`` after its end (for a month without a year: any year's)."""
+    for first, last, month in spans:
+        if month is not None:
+            for year in (day.year, day.year - 1):
+                try:
+                    first_day, last_day = date(year, month, 1), _month_end(year, month)
+                except ValueError:
+                    continue
+                if first_day <= day <= last_day + timedelta(days=after_days):
+                    return True
+        elif first <= day <= last + timedelta(days=after_days):
+            return True
+    return False

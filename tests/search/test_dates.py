@@ -1,0 +1,96 @@
+"""A question that names a date favours the files written then (search/dates.py): the spans a question
+names, the day of a file, and the lift through memory_search on real Postgres."""
+
+from datetime import date
+
+import pytest
+
+from search.dates import file_day, in_spans, query_spans
+from search.services import memory_search
+
+
+@pytest.mark.parametrize(
+    "question, spans",
+    [
+        ("What movie did Joanna watch on 1 May, 2022?", [(date(2022, 5, 1), date(2022, 5, 1), None)]),
+        ("What painting did she show on October 13, 2023?", [(date(2023, 10, 13), date(2023, 10, 13), None)]),
+        ("What did I decide on 2026-03-03?", [(date(2026, 3, 3), date(2026, 3, 3), None)]),
+        ("Where did Joanna travel to in July 2022?", [(date(2022, 7, 1), date(2022, 7, 31), None)]),
+        ("When did Melanie go camping in June?", [(None, None, 6)]),
+        ("What happened on the 3rd of March?", [(None, None, 3)]),
+        ("How often did she go to the beach in 2023?", [(date(2023, 1, 1), date(2023, 12, 31), None)]),
+        ("When did Caroline go to the support group?", []),
+        ("May I ask what you did at 10 pm?", []),  # "May" the verb, no month
+        ("What happened on 31 June, 2023?", []),  # no such day
+    ],
+)
+def test_a_question_names_days_months_and_years(question, spans):
+    assert query_spans(question) == spans
+
+
+def test_a_file_is_dated_by_its_path_or_else_its_title_line():
+    assert file_day("memory/2026-03-03.md", "# Notes") == date(2026, 3, 3)
+    assert file_day("memory/events/2023-05-08-001.md", "") == date(2023, 5, 8)
+    assert file_day("memory/session-10.md", "# Session 10 (7:33 pm on 2 May, 2022)") == date(2022, 5, 2)
+    assert file_day("memory/note.md", "# 8 May, 2023") == date(2023, 5, 8)
+    assert file_day("MEMORY.md", "# Long-term memory") is None
+    assert file_day("memory/2026-02-30.md", "") is None  # no such day, no title date either
+
+
+def test_a_file_tells_of_a_span_written_in_it_or_shortly_after():
+    may_first = [(date(2022, 5, 1), date(2022, 5, 1), None)]
+    assert in_spans(date(2022, 5, 1), may_first, after_days=14)
+    assert in_spans(date(2022, 5, 15), may_first, after_days=14)  # "two weeks ago I ..."
+    assert not in_spans(date(2022, 5, 16), may_first, after_days=14)
+    assert not in_spans(date(2022, 4, 30), may_first, after_days=14)  # written before it happened
+    june = [(None, None, 6)]  # any year's June
+    assert in_spans(date(2021, 6, 30), june, after_days=0) and in_spans(date(2023, 7, 5), june, after_days=7)
+    assert not in_spans(date(2023, 7, 8), june, after_days=7)
+
+
+# Two sessions tell the same words on different days; the third is about something else.
+SESSIONS = {
+    "memory/session-01.md": "# Session 1 (1:56 pm on 8 May, 2023)\n\nAna: We watched a movie at the cinema last night.\n",
+    "memory/session-02.md": "# Session 2 (7:10 pm on 2 July, 2023)\n\nAna: We watched a movie at the cinema last night.\n",
+    "memory/session-03.md": "# Session 3 (9:00 am on 4 August, 2023)\n\nBen: The garden needs water, and Ana agrees.\n",
+}
+
+
+def test_a_question_naming_a_date_favours_the_file_written_then(alice, index_files):
+    index_files(alice, SESSIONS)
+    undated = memory_search(agent=alice.agent, query="What movie did Ana watch?", max_results=2, explain=True)
+    assert {r.path for r in undated.results} == {"memory/session-01.md", "memory/session-02.md"}
+    assert all("date_match" not in r.explain for r in undated.results)
+
+    dated = memory_search(agent=alice.agent, query="What movie did Ana watch on 30 June, 2023?", max_results=2, explain=True)
+    first, second = dated.results
+    assert first.path == "memory/session-02.md" and first.explain["date_match"] is True
+    assert second.path == "memory/session-01.md" and second.explain["date_match"] is False
+    assert 0 < second.score < first.score <= 1
+
+
+def test_the_date_weight_is_off_at_zero_and_the_dates_query_is_bounded(alice, index_files, settings, monkeypatch):
+    from search import services
+    from search.deadline import SearchTimedOut
+
+    index_files(alice, SESSIONS)
+    settings.MEMORYHUB_SEARCH_DATE_BOOST = 0
+    off = memory_search(agent=alice.agent, query="What movie did Ana watch on 30 June, 2023?", max_results=2, explain=True)
+    assert off.results[0].path == "memory/session-01.md"  # the fusion's order: the date is not read
+    assert all("date_match" not in r.explain for r in off.results)
+
+    settings.MEMORYHUB_SEARCH_DATE_BOOST = 0.3
+
+    def too_slow(**kwargs):
+        raise SearchTimedOut
+
+    monkeypatch.setattr(services, "_file_days", too_slow)  # out of time: the scores stay as fused
+    late = memory_search(agent=alice.agent, query="What movie did Ana watch on 30 June, 2023?", max_results=2, explain=True)
+    assert [(r.path, r.score) for r in late.results] == [(r.path, r.score) for r in off.results]
+
+
+def test_a_large_files_title_is_not_read_for_its_date(alice, index_files, settings):
+    settings.MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = 10  # every session file is larger
+    index_files(alice, SESSIONS)
+    response = memory_search(agent=alice.agent, query="What movie did Ana watch on 30 June, 2023?", max_results=3, explain=True)
+    assert response.results and all("date_match" not in r.explain for r in response.results)
