@@ -129,40 +129,40 @@ def test_every_query_of_a_search_runs_under_the_statement_timeout(alice, index_f
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
 
 
-def test_a_long_querys_similarities_run_under_the_statement_timeout_too(alice, index_files, notes, settings):
-    """The spread of a long query's results (search/fusion.py diversified) reads its candidates' vector
-    similarities in one more statement: bounded like the others."""
-    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
-    index_files(alice, {"memory/notes.md": notes})
-    long_query = " ".join(notes.split()[:120])
-    similarity_timeouts = []
+def timeouts_of_statements(marker: str, search) -> tuple[list[str], object]:
+    """The statement_timeout in force for each statement containing ``marker`` that ``search()`` runs,
+    and its answer."""
+    timeouts = []
 
     def record(execute, sql, params, many, context):
-        if "<=> b.e" in sql:
-            similarity_timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
+        if marker in sql:
+            timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        response = memory_search(agent=alice.agent, query=long_query)
-    assert response.results  # the notes' sections are several candidates: the statement ran, once
-    assert similarity_timeouts == ["1234ms"]
+        response = search()
+    return timeouts, response
 
 
-def test_a_dated_questions_file_days_are_read_under_the_statement_timeout_too(alice, index_files, notes, settings):
-    """A question naming a date (search/dates.py) reads its candidates' file days in one more statement."""
+@pytest.mark.parametrize(
+    "path, query, marker",
+    [
+        # The spread of a long query's results (search/fusion.py diversified) reads its candidates'
+        # vector similarities in one more statement; the notes' sections are several candidates.
+        ("memory/notes.md", "LONG", "<=> b.e"),
+        # A question naming a date (search/dates.py) reads its candidates' file days in one more statement.
+        ("memory/2026-03-03.md", "When did we deploy the billing service on 3 March, 2026?", "split_part(left(content"),
+    ],
+)
+def test_the_long_query_and_dated_question_statements_run_under_the_statement_timeout_too(
+    alice, index_files, notes, settings, path, query, marker
+):
     settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 1234
-    index_files(alice, {"memory/2026-03-03.md": notes})
-    day_timeouts = []
-
-    def record(execute, sql, params, many, context):
-        if "split_part(left(content" in sql:
-            day_timeouts.append(connection.connection.execute("SHOW statement_timeout").fetchone()[0])
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        response = memory_search(agent=alice.agent, query="When did we deploy the billing service on 3 March, 2026?")
+    index_files(alice, {path: notes})
+    query = " ".join(notes.split()[:120]) if query == "LONG" else query
+    timeouts, response = timeouts_of_statements(marker, lambda: memory_search(agent=alice.agent, query=query))
     assert response.results
-    assert day_timeouts == ["1234ms"]
+    assert timeouts == ["1234ms"]  # the statement ran, once, bounded like the others
 
 
 @pytest.mark.django_db(transaction=True)
