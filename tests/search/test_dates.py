@@ -4,6 +4,8 @@ names, the day of a file, and the lift through memory_search on real Postgres.""
 from datetime import date
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from search.dates import file_day, in_spans, query_spans
 from search.services import memory_search
@@ -26,6 +28,20 @@ from search.services import memory_search
 )
 def test_a_question_names_days_months_and_years(question, spans):
     assert query_spans(question) == spans
+
+
+@pytest.mark.parametrize("month", ["September", "Sept", "Sep", "sept.", "SEPT"])
+def test_every_spelling_of_a_month_the_pattern_reads_is_a_month(month):
+    assert query_spans(f"What did we do on 3 {month} 2023?") == [(date(2023, 9, 3), date(2023, 9, 3), None)]
+    assert query_spans(f"What did we do in {month}?") == [(None, None, 9)]
+
+
+@given(st.text(alphabet=st.sampled_from(list("0123456789 ,.-thsndrJjanuaryMmayDdecSseptofinlst")), max_size=60))
+def test_any_text_reads_as_spans_without_an_error(text):
+    for first, last, month in query_spans(text):
+        assert (first is None) == (last is None) == (month is not None)
+        assert month is None or 1 <= month <= 12
+        assert first is None or first <= last
 
 
 def test_a_file_is_dated_by_its_path_or_else_its_title_line():
