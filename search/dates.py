@@ -37,6 +37,9 @@ _TITLE_DAY = re.compile(rf"{_DAY}\s+{_MONTH},?\s+{_YEAR}", re.IGNORECASE)
 
 # (first day, last day, month) — month set and days None for "in July" without a year: any year's July.
 Span = tuple[date | None, date | None, int | None]
+# A question names a few dates; a pasted text may repeat hundreds, and each candidate is checked against
+# every span: the distinct spans are kept, the first MAX_SPANS of them.
+MAX_SPANS = 16
 
 
 def _month_end(year: int, month: int) -> date:
@@ -44,7 +47,8 @@ def _month_end(year: int, month: int) -> date:
 
 
 def query_spans(query: str) -> list[Span]:
-    """The days, months and years a question names, as spans; [] when it names none."""
+    """The days, months and years a question names, as distinct spans (at most MAX_SPANS); [] when it
+    names none."""
     text = query.lower()
     spans: list[Span] = []
     for form, pattern in _FORMS:
@@ -76,7 +80,7 @@ def query_spans(query: str) -> list[Span]:
             except ValueError:  # "31 June"
                 continue
         text = pattern.sub(" ", text)
-    return spans
+    return list(dict.fromkeys(spans))[:MAX_SPANS]
 
 
 def file_day(path: str, title: str) -> date | None:

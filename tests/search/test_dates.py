@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from search.dates import file_day, in_spans, query_spans
+from search.dates import MAX_SPANS, file_day, in_spans, query_spans
 from search.services import memory_search
 
 
@@ -42,6 +42,13 @@ def test_any_text_reads_as_spans_without_an_error(text):
         assert (first is None) == (last is None) == (month is not None)
         assert month is None or 1 <= month <= 12
         assert first is None or first <= last
+
+
+def test_a_text_naming_many_dates_gives_each_once_and_a_bounded_number():
+    assert query_spans("in June, and again in June and in june") == [(None, None, 6)]
+    many = " ".join(f"on {day} May, 2023" for day in range(1, 32))
+    spans = query_spans(many)
+    assert len(spans) == MAX_SPANS and spans[0] == (date(2023, 5, 1), date(2023, 5, 1), None)
 
 
 def test_a_file_is_dated_by_its_path_or_else_its_title_line():
