@@ -5,8 +5,9 @@ file says when: a dated note's path (``memory/2022-05-02.md``) or its title line
 on 2 May, 2022)", "# 2 May, 2022"). A question that names a day, a month or a year asks about the files
 written in that span or shortly after it (what happened is told on the day or in the following days).
 
-``query_spans`` reads the spans a question names; ``file_day`` the day of a file; ``in_spans`` whether a
-file's day falls in one of them, allowing ``after_days`` for the telling.
+``query_spans`` reads the spans a question names; ``file_day`` the day of a file (``path_day`` that of a
+dated memory file, which the recency boost reads too); ``in_spans`` whether a file's day falls in one of
+them, allowing ``after_days`` for the telling.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ _FORMS = [
     ("m", re.compile(rf"\b(?:in|during|of|since|by|before|after|early|late|mid|last|this)\s+(?:mid-)?{_MONTH}\b")),
     ("y", re.compile(rf"\b(?:in|during|of|since|by)\s+{_YEAR}\b")),
 ]
-_PATH_DAY = re.compile(r"(?:^|/)((?:19|20)\d\d)-(\d\d)-(\d\d)[^/]*$")
+# A dated memory file (memory/YYYY-MM-DD.md, memory/events/YYYY-MM-DD-003.md): the recency boost's too.
+_DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\.md$")
 _TITLE_DAY = re.compile(rf"{_DAY}\s+{_MONTH},?\s+{_YEAR}", re.IGNORECASE)
 
 # (first day, last day, month) — month set and days None for "in July" without a year: any year's July.
@@ -83,14 +85,22 @@ def query_spans(query: str) -> list[Span]:
     return list(dict.fromkeys(spans))[:MAX_SPANS]
 
 
+def path_day(path: str) -> date | None:
+    """The day of a dated memory file (``memory/YYYY-MM-DD.md``, in any folder under memory/), or None."""
+    match = _DATED_MEMORY.search(path)
+    if not match:
+        return None
+    try:
+        return date(*(int(part) for part in match.groups()))
+    except ValueError:
+        return None
+
+
 def file_day(path: str, title: str) -> date | None:
-    """The day a file was written: its path's ``YYYY-MM-DD``, else the last "D Month, YYYY" of its title."""
-    match = _PATH_DAY.search(path)
-    if match:
-        try:
-            return date(*(int(part) for part in match.groups()))
-        except ValueError:
-            pass
+    """The day a file was written: its path's (``path_day``), else the last "D Month, YYYY" of its title."""
+    day = path_day(path)
+    if day is not None:
+        return day
     found = _TITLE_DAY.findall(title or "")
     if found:
         day, month, year = found[-1]

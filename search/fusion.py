@@ -176,8 +176,9 @@ def diversified(
 ) -> list[Candidate]:
     """The first ``depth`` candidates in the order of maximal marginal relevance: each next one is
     the candidate whose score minus ``weight`` × its highest similarity to one taken before is best, and
-    that is its score from then on (the penalty is kept for ``explain``). ``similarity[(a, b)]`` is the
-    cosine similarity of two chunks' vectors; a pair without one (a chunk with no vector yet) counts 0.
+    that is its score from then on (the penalty is kept for ``explain``). ``similarity[(a, b)]``, ``a < b``,
+    is the cosine similarity of two chunks' vectors (``search.vector.pairwise_similarity``); a pair without
+    one (a chunk with no vector yet) counts 0.
     The candidates after the first ``depth`` keep their place after them.
 
     For long queries (a pasted stretch of dialogue, which talks about several memories): their best
@@ -199,8 +200,8 @@ def diversified(
             best.diversity_penalty = penalty
         taken.append(best)
         for candidate in head:
-            pair = similarity.get((candidate.chunk_id, best.chunk_id), similarity.get((best.chunk_id, candidate.chunk_id), 0.0))
-            closest[candidate.chunk_id] = max(closest[candidate.chunk_id], pair)
+            pair = (min(candidate.chunk_id, best.chunk_id), max(candidate.chunk_id, best.chunk_id))
+            closest[candidate.chunk_id] = max(closest[candidate.chunk_id], similarity.get(pair, 0.0))
     return taken + tail
 
 

@@ -2,9 +2,8 @@
 
 query → validate → embed the query (LRU-cached) → vector and keyword candidates of this agent only,
 a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → a question's named
-dates (search/dates.py) → min_score → a long
-query's results spread over what it talks about → overlapping hits of one file deferred → snippets
-(search/snippets.py) until max_results.
+dates (search/dates.py) → min_score → a long query's results spread over what it talks about →
+overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
 
 Bounds (search/deadline.py, search/query_breaker.py): every query runs under a statement timeout within
 the search's deadline, the query embedding has a short time limit of its own behind a circuit breaker,
@@ -40,7 +39,7 @@ from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred
-from search.dates import file_day, in_spans, query_spans
+from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
@@ -55,7 +54,6 @@ logger = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
-_DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\.md$")
 _TIMED_OUT = "The search did not finish in time (the database is slow or busy). Try again."
 
 
@@ -147,12 +145,8 @@ def recency_factor(path: str, *, today: date, boost: float, half_life_days: floa
     1 - boost with the file's age (half-life in days). Undated files (MEMORY.md, topics) are evergreen: 1."""
     if boost <= 0:
         return 1.0
-    match = _DATED_MEMORY.search(path)
-    if not match:
-        return 1.0
-    try:
-        day = date(*(int(part) for part in match.groups()))
-    except ValueError:
+    day = path_day(path)
+    if day is None:
         return 1.0
     age = max(0, (today - day).days)
     return (1 - boost) + boost * 0.5 ** (age / half_life_days)
@@ -626,14 +620,14 @@ def _date_boosted(
     except SearchTimedOut:
         return candidates
     after = settings.MEMORYHUB_SEARCH_DATE_AFTER_DAYS
-    for candidate in candidates:
-        day = days.get(spans[candidate.chunk_id][0])
-        candidate.date_match = day is not None and in_spans(day, asked, after_days=after)
-    if not any(candidate.date_match for candidate in candidates):
-        for candidate in candidates:
-            candidate.date_match = None
+    matched = {
+        c.chunk_id for c in candidates
+        if (day := days.get(spans[c.chunk_id][0])) is not None and in_spans(day, asked, after_days=after)
+    }
+    if not matched:
         return candidates
     for candidate in candidates:
+        candidate.date_match = candidate.chunk_id in matched
         if not candidate.date_match:
             candidate.score *= 1 - settings.MEMORYHUB_SEARCH_DATE_BOOST
     return sorted(candidates, key=lambda c: -c.score)

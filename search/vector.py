@@ -253,12 +253,11 @@ def pairwise_similarity(*, agent_id: int, chunk_ids: list[int], identity_key: st
     if len(chunk_ids) < 2 or not dims:
         return {}
     dims = int(dims)
+    _, where, params = _where(agent_id=agent_id, dims=dims, identity_key=identity_key, filters=SearchFilters())
     sql = (
-        "WITH v AS MATERIALIZED ("
-        f"SELECT c.id, c.embedding::vector({dims}) AS e FROM {CHUNK} c WHERE c.agent_id = {int(agent_id)} "
-        f"AND c.id = ANY(%s) AND c.embedding_dimensions = {dims} AND c.embedding_identity = %s AND c.embedding IS NOT NULL) "
-        "SELECT a.id, b.id, 1 - (a.e <=> b.e) FROM v a JOIN v b ON a.id < b.id"
+        f"WITH v AS MATERIALIZED (SELECT c.id, c.embedding::vector({dims}) AS e FROM {CHUNK} c WHERE {where} "
+        "AND c.id = ANY(%s)) SELECT a.id, b.id, 1 - (a.e <=> b.e) FROM v a JOIN v b ON a.id < b.id"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [list(chunk_ids), identity_key])
+        cursor.execute(sql, [*params, list(chunk_ids)])
         return {(a, b): float(s) for a, b, s in cursor.fetchall()}

@@ -58,6 +58,8 @@ def test_a_file_is_dated_by_its_path_or_else_its_title_line():
     assert file_day("memory/note.md", "# 8 May, 2023") == date(2023, 5, 8)
     assert file_day("MEMORY.md", "# Long-term memory") is None
     assert file_day("memory/2026-02-30.md", "") is None  # no such day, no title date either
+    # A dated memory file, as the recency boost reads it: under memory/, a markdown file.
+    assert file_day("notes/2023-05-08.md", "") is None and file_day("memory/2023-05-08.txt", "") is None
 
 
 def test_a_file_tells_of_a_span_written_in_it_or_shortly_after():
