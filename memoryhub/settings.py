@@ -501,9 +501,11 @@ MEMORYHUB_SEARCH_DIVERSITY_DEPTH = env_int("MEMORYHUB_SEARCH_DIVERSITY_DEPTH", 3
 # A question that names a day, a month or a year ("on 1 May, 2022", "in July 2022", "in June") favours the
 # files written then or up to AFTER_DAYS later (the day from a memory/YYYY-MM-DD path or the file's title
 # line): when a candidate's file is one, every other candidate's score is multiplied by 1 - BOOST. 0 = off.
-# Measured in docs/search.md.
+# A query of MAX_LEXEMES distinct words or more is a pasted stretch of text, not a question about a date:
+# the dates it names are what it talks about, so it is left as fused. Measured in docs/search.md.
 MEMORYHUB_SEARCH_DATE_BOOST = env_float("MEMORYHUB_SEARCH_DATE_BOOST", 0.3, minimum=0, maximum=1)
 MEMORYHUB_SEARCH_DATE_AFTER_DAYS = env_int("MEMORYHUB_SEARCH_DATE_AFTER_DAYS", 14, minimum=0, maximum=366)
+MEMORYHUB_SEARCH_DATE_MAX_LEXEMES = env_int("MEMORYHUB_SEARCH_DATE_MAX_LEXEMES", 40, minimum=1)
 # Each candidate's fused score lifted towards the mean of its neighbours' in its file (the chunks just
 # before and after it), max(score, (score + w * mean) / (1 + w)): an answer inside a stretch of matching
 # chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5

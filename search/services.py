@@ -525,7 +525,7 @@ def _results(
         for c in candidates:
             c.score *= recency_factor(paths.get(spans[c.chunk_id][0], ""), today=today, boost=boost, half_life_days=half_life)
         candidates.sort(key=lambda c: -c.score)
-    if settings.MEMORYHUB_SEARCH_DATE_BOOST > 0 and candidates and query:
+    if asks_dates(keyword.lexemes) and candidates and query:
         candidates = _date_boosted(agent_id=agent_id, query=query, candidates=candidates, spans=spans, deadline=deadline)
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
@@ -649,6 +649,12 @@ def _file_days(*, agent_id: int, file_ids: set[int]) -> dict[int, date]:
         )
         found = {file_id: file_day(path, title) for file_id, path, title in cursor.fetchall()}
     return {file_id: day for file_id, day in found.items() if day is not None}
+
+
+def asks_dates(lexemes: list[str]) -> bool:
+    """Whether a query of these lexemes goes through the date stage: the stage is on, and the query is
+    shorter than MEMORYHUB_SEARCH_DATE_MAX_LEXEMES distinct words (a question, not a pasted stretch of text)."""
+    return settings.MEMORYHUB_SEARCH_DATE_BOOST > 0 and len(lexemes) < settings.MEMORYHUB_SEARCH_DATE_MAX_LEXEMES
 
 
 def long_query_diversity(lexemes: list[str]) -> float:

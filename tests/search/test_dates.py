@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from search.dates import MAX_SPANS, file_day, in_spans, query_spans
+from search.keyword import query_lexemes
 from search.services import memory_search
 
 
@@ -119,3 +120,18 @@ def test_a_large_files_title_is_not_read_for_its_date(alice, index_files, settin
     index_files(alice, SESSIONS)
     response = memory_search(agent=alice.agent, query="What movie did Ana watch on 30 June, 2023?", max_results=3, explain=True)
     assert response.results and all("date_match" not in r.explain for r in response.results)
+
+
+def test_a_pasted_text_naming_a_date_is_not_a_question_about_it(alice, index_files, settings):
+    """From MEMORYHUB_SEARCH_DATE_MAX_LEXEMES distinct words on, a query is a pasted stretch of text: the
+    dates it names are what it talks about, and its candidates stay as fused."""
+    index_files(alice, SESSIONS)
+    question = "What movie did Ana watch on 30 June, 2023?"
+    settings.MEMORYHUB_SEARCH_DATE_MAX_LEXEMES = len(query_lexemes(question)) + 1
+    asked = memory_search(agent=alice.agent, query=question, max_results=2, explain=True)
+    assert asked.results[0].path == "memory/session-02.md" and asked.results[0].explain["date_match"] is True
+
+    settings.MEMORYHUB_SEARCH_DATE_MAX_LEXEMES = len(query_lexemes(question))  # as long as a pasted text
+    pasted = memory_search(agent=alice.agent, query=question, max_results=2, explain=True)
+    assert pasted.results[0].path == "memory/session-01.md"  # the fusion's order
+    assert all("date_match" not in r.explain for r in pasted.results)
