@@ -5,7 +5,8 @@ file says when: a dated note's path (``memory/2022-05-02.md``) or its title line
 on 2 May, 2022)", "# 2 May, 2022"). A question that names a day, a month or a year asks about the files
 written in that span or shortly after it (what happened is told on the day or in the following days).
 
-``query_spans`` reads the spans a question names; ``file_day`` the day of a file (``path_day`` that of a
+``query_spans`` reads the spans a question names, or counts from today ("yesterday", "last week");
+``file_day`` the day of a file (``path_day`` that of a
 dated memory file, which the recency boost reads too); ``in_spans`` whether a file's day falls in one of
 them, allowing ``after_days`` for the telling.
 """
@@ -33,6 +34,21 @@ _FORMS = [
     ("m", re.compile(rf"\b(?:in|during|of|since|by|before|after|early|late|mid|last|this)\s+(?:mid-)?{_MONTH}\b")),
     ("y", re.compile(rf"\b(?:in|during|of|since|by)\s+{_YEAR}\b")),
 ]
+# Days counted back from today. The word "last" before a month is the month form's ("last May": any year's).
+_COUNT = r"(\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_COUNTS = {word: n for n, word in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+                                              "nine", "ten", "eleven", "twelve"])} | {"a": 1, "an": 1}
+_WEEKDAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_WEEKDAYS = {name.lower(): number for number, name in enumerate(calendar.day_name)}
+_RELATIVE = [
+    ("before_yesterday", re.compile(r"\bthe day before yesterday\b")),
+    ("ago", re.compile(rf"\b{_COUNT}\s+(day|week|month|year)s?\s+ago\b")),
+    ("yesterday", re.compile(r"\b(?:yesterday|last night)\b")),
+    ("today", re.compile(r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b")),
+    ("this", re.compile(r"\bthis (week|month|year)\b")),
+    ("last", re.compile(r"\b(?:last|previous|past) (week|month|year)\b")),
+    ("weekday", re.compile(rf"\b(last|on|this past) {_WEEKDAY}\b")),
+]
 # A dated memory file (memory/YYYY-MM-DD.md, memory/events/YYYY-MM-DD-003.md): the recency boost's too.
 _DATED_MEMORY = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})[^/]*\.md$")
 _TITLE_DAY = re.compile(rf"{_DAY}\s+{_MONTH},?\s+{_YEAR}", re.IGNORECASE)
@@ -48,11 +64,57 @@ def _month_end(year: int, month: int) -> date:
     return date(year, month, calendar.monthrange(year, month)[1])
 
 
-def query_spans(query: str) -> list[Span]:
+def _months_back(day: date, months: int) -> tuple[int, int]:
+    index = day.year * 12 + day.month - 1 - months
+    return index // 12, index % 12 + 1
+
+
+def relative_spans(text: str, *, today: date) -> tuple[list[Span], str]:
+    """The spans of the days a lower-case question counts from ``today`` ("yesterday", "3 days ago", "last
+    week", "on Monday": the last Monday up to today), and the text without them. Each span starts a day
+    early: ``today`` is the server's (UTC), and an agent west of it names its notes by a day before."""
+    spans: list[Span] = []
+    for form, pattern in _RELATIVE:
+        for match in pattern.finditer(text):
+            groups = match.groups()
+            if form == "before_yesterday":
+                first = last = today - timedelta(days=2)
+            elif form == "yesterday":
+                first = last = today - timedelta(days=1)
+            elif form == "today":
+                first = last = today
+            elif form == "weekday":
+                back = (today.weekday() - _WEEKDAYS[groups[1]]) % 7
+                first = last = today - timedelta(days=back or (7 if groups[0] == "last" else 0))
+            else:
+                count = 0 if form == "this" else 1
+                unit = groups[0]
+                if form == "ago":
+                    count, unit = (int(groups[0]) if groups[0].isdigit() else _COUNTS[groups[0]]), groups[1]
+                if unit == "day":
+                    first = last = today - timedelta(days=count)
+                elif unit == "week":  # Monday to Sunday
+                    first = today - timedelta(days=today.weekday() + 7 * count)
+                    last = first + timedelta(days=6)
+                elif unit == "month":
+                    year, month = _months_back(today, count)
+                    first, last = date(year, month, 1), _month_end(year, month)
+                else:
+                    first, last = date(today.year - count, 1, 1), date(today.year - count, 12, 31)
+            if first.year < 1900:  # "999 years ago"
+                continue
+            spans.append((first - timedelta(days=1), min(last, today), None))
+        text = pattern.sub(" ", text)
+    return spans, text
+
+
+def query_spans(query: str, *, today: date | None = None) -> list[Span]:
     """The days, months and years a question names, as distinct spans (at most MAX_SPANS); [] when it
-    names none."""
+    names none. With ``today``, also the days it counts from today (``relative_spans``)."""
     text = query.lower()
     spans: list[Span] = []
+    if today is not None:
+        spans, text = relative_spans(text, today=today)
     for form, pattern in _FORMS:
         for match in pattern.finditer(text):
             groups = match.groups()

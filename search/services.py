@@ -611,7 +611,7 @@ def _date_boosted(
     other candidate's score is multiplied by 1 - MEMORYHUB_SEARCH_DATE_BOOST (so a file of the right day
     can pass the best match of another day; scores stay on 0..1). ``explain`` gives ``date_match``. Out
     of time, the scores stay as fused."""
-    asked = query_spans(query)
+    asked = query_spans(query, today=datetime.now(dt_timezone.utc).date())
     if not asked:
         return candidates
     try:

@@ -1,7 +1,7 @@
 """A question that names a date favours the files written then (search/dates.py): the spans a question
 names, the day of a file, and the lift through memory_search on real Postgres."""
 
-from datetime import date
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -31,15 +31,62 @@ def test_a_question_names_days_months_and_years(question, spans):
     assert query_spans(question) == spans
 
 
+FRIDAY = date(2026, 11, 27)
+
+
+def _days(first: date, last: date) -> list:
+    """A relative span as read: from a day early (an agent west of the server's UTC day) to its last day."""
+    return [(first - timedelta(days=1), last, None)]
+
+
+@pytest.mark.parametrize(
+    "question, spans",
+    [
+        ("What did I cook yesterday?", _days(date(2026, 11, 26), date(2026, 11, 26))),
+        ("What did we talk about last night?", _days(date(2026, 11, 26), date(2026, 11, 26))),
+        ("What is on my list today?", _days(FRIDAY, FRIDAY)),
+        ("What did I buy the day before yesterday?", _days(date(2026, 11, 25), date(2026, 11, 25))),
+        ("What did I read 3 days ago?", _days(date(2026, 11, 24), date(2026, 11, 24))),
+        ("Who called two weeks ago?", _days(date(2026, 11, 9), date(2026, 11, 15))),  # that week, Monday to Sunday
+        ("What did we decide last week?", _days(date(2026, 11, 16), date(2026, 11, 22))),
+        ("What have I fixed this week?", _days(date(2026, 11, 23), FRIDAY)),  # up to today
+        ("What did we ship last month?", _days(date(2026, 10, 1), date(2026, 10, 31))),
+        ("What happened a month ago?", _days(date(2026, 10, 1), date(2026, 10, 31))),
+        ("Which bugs did I close this year?", _days(date(2026, 1, 1), FRIDAY)),
+        ("What did I do last year?", _days(date(2025, 1, 1), date(2025, 12, 31))),
+        ("What did I cook on Monday?", _days(date(2026, 11, 23), date(2026, 11, 23))),
+        ("What did I cook last Friday?", _days(date(2026, 11, 20), date(2026, 11, 20))),  # not today
+        ("What did I cook on Friday?", _days(FRIDAY, FRIDAY)),
+        ("What did Melanie paint last May?", [(None, None, 5)]),  # a month's name: any year's May
+        ("What did I learn 999 years ago?", []),
+        ("When did Caroline go to the support group?", []),
+    ],
+)
+def test_a_question_counts_days_back_from_today(question, spans):
+    assert query_spans(question, today=FRIDAY) == spans
+
+
+def test_relative_days_are_read_only_with_a_today():
+    assert query_spans("What did I cook yesterday?") == []
+    both = query_spans("Did I cook yesterday what I cooked on 1 May, 2022?", today=FRIDAY)
+    assert both == _days(date(2026, 11, 26), date(2026, 11, 26)) + [(date(2022, 5, 1), date(2022, 5, 1), None)]
+
+
 @pytest.mark.parametrize("month", ["September", "Sept", "Sep", "sept.", "SEPT"])
 def test_every_spelling_of_a_month_the_pattern_reads_is_a_month(month):
     assert query_spans(f"What did we do on 3 {month} 2023?") == [(date(2023, 9, 3), date(2023, 9, 3), None)]
     assert query_spans(f"What did we do in {month}?") == [(None, None, 9)]
 
 
-@given(st.text(alphabet=st.sampled_from(list("0123456789 ,.-thsndrJjanuaryMmayDdecSseptofinlst")), max_size=60))
-def test_any_text_reads_as_spans_without_an_error(text):
-    for first, last, month in query_spans(text):
+@given(
+    st.text(alphabet=st.sampled_from(list("0123456789 ,.-thsndrJjanuaryMmayDdecSseptofinlst")), max_size=60)
+    | st.lists(st.sampled_from(["last", "this", "on", "ago", "a", "999", "12", "day", "days", "week", "weeks", "month",
+                                "months", "year", "years", "monday", "sunday", "yesterday", "today", "past"]), max_size=12)
+    .map(" ".join),
+    st.dates(min_value=date(1901, 1, 1), max_value=date(2200, 12, 31)),
+)
+def test_any_text_reads_as_spans_without_an_error(text, today):
+    for first, last, month in query_spans(text, today=today):
         assert (first is None) == (last is None) == (month is not None)
         assert month is None or 1 <= month <= 12
         assert first is None or first <= last
@@ -93,6 +140,16 @@ def test_a_question_naming_a_date_favours_the_file_written_then(alice, index_fil
     assert first.path == "memory/session-02.md" and first.explain["date_match"] is True
     assert second.path == "memory/session-01.md" and second.explain["date_match"] is False
     assert 0 < second.score < first.score <= 1
+
+
+def test_a_question_about_yesterday_favours_yesterdays_note(alice, index_files):
+    today = datetime.now(timezone.utc).date()
+    note = "# Notes\n\nCooked a mushroom risotto for dinner with the neighbours.\n"
+    index_files(alice, {f"memory/{today - timedelta(days=1)}.md": note, f"memory/{today - timedelta(days=10)}.md": note})
+    response = memory_search(agent=alice.agent, query="What did I cook for dinner yesterday?", max_results=2, explain=True)
+    first, second = response.results
+    assert first.path == f"memory/{today - timedelta(days=1)}.md" and first.explain["date_match"] is True
+    assert second.explain["date_match"] is False and second.score < first.score
 
 
 def test_the_date_weight_is_off_at_zero_and_the_dates_query_is_bounded(alice, index_files, settings, monkeypatch):
