@@ -69,3 +69,33 @@ def test_variant_values_are_numbers_where_they_can_be():
     assert variant_parse("v:MEMORYHUB_SEARCH_BM25_K1=0.9,MEMORYHUB_SEARCH_CANDIDATE_POOL=50,MEMORYHUB_SEARCH_FUSION=rrf") == (
         "v", {"MEMORYHUB_SEARCH_BM25_K1": 0.9, "MEMORYHUB_SEARCH_CANDIDATE_POOL": 50, "MEMORYHUB_SEARCH_FUSION": "rrf"},
     )
+
+
+def test_timing_interleaves_the_variants_searches(transactional_db, tiny_data, capsys, monkeypatch):
+    """--timing: after one search that caches the query's embedding, each question is searched ROUNDS times
+    under every variant, the variants' order turning from one search to the next."""
+    from django.conf import settings
+
+    from benchmarks.management.commands import bench_variants
+
+    asked = []
+
+    def recorded(**kwargs):
+        asked.append(settings.MEMORYHUB_SEARCH_SNIPPET_CHARS)
+        return memory_search(**kwargs)
+
+    memory_search = bench_variants.memory_search
+    monkeypatch.setattr(bench_variants, "memory_search", recorded)
+    call_command(
+        "bench_variants", "--data", str(tiny_data), "--only=locomo", "--part", "all", "--json", "--timing", "2",
+        "--variant", "short:MEMORYHUB_SEARCH_SNIPPET_CHARS=80",
+    )
+    report = json.loads(capsys.readouterr().out)
+    default_chars = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
+    timed = report["timing"]["locomo"]
+    assert set(timed) == {"default", "short"}
+    assert all(t["searches"] == 4 and 0 < t["p50_ms"] <= t["p95_ms"] for t in timed.values())  # 2 questions x 2 rounds
+    # The quality runs (2 questions per variant), then per question: a warm-up, then the rounds in turning order.
+    d, s = default_chars, 80
+    assert asked[:4] == [d, d, s, s]
+    assert asked[4:] == [d, s, d, d, s] * 2

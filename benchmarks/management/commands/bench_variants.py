@@ -3,7 +3,7 @@
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python manage.py bench_variants \
         [--data FILE ...] [--part tune|confirm|all] [--only locomo|dialogue|meetings ...] \
         [--variant 'NAME:MEMORYHUB_SEARCH_X=value,MEMORYHUB_SEARCH_Y=value' ...] [--reuse TAG] [--json] \
-        [--details DIR]
+        [--details DIR] [--timing ROUNDS]
 
 The benchmark agents are indexed once through the real pipeline (workspace_sync, indexing in this
 process), then every question of every variant goes to ``search.services.memory_search`` with the
@@ -11,6 +11,12 @@ variant's settings (``override_settings``) and is scored with benchmarks/locomo.
 the same protocol as bench_search without HTTP, so a variant costs the questions' searches, not a
 re-index. The first variant is always the defaults ("default"). Only search-time settings
 (MEMORYHUB_SEARCH_*) can vary here; a chunking change needs a re-index (bench_search --set).
+
+``--timing ROUNDS`` also times ``memory_search`` for every variant, interleaved: each question is searched
+once to cache its query embedding, then ROUNDS times under every variant, the variants' order turning from
+one search to the next, so that a busy moment of the machine or the order of the runs falls on all of them
+alike. It reports each variant's p50 / p95 per set: the cost of a search-time setting, measured against the
+defaults in the same run.
 
 ``--reuse TAG`` keeps the agents (slugs ``variants-TAG-...``) and uses them again on the next run
 with the same TAG when their files are all indexed, so a session of comparisons indexes once. A TAG
@@ -31,7 +37,7 @@ from django.test import override_settings
 from agents.models import Agent
 from agents.services import agent_create
 from benchmarks.bench_data import PARTS, dev_sets_load
-from benchmarks.locomo import question_details, question_score, scores_summary
+from benchmarks.locomo import percentile, question_details, question_score, scores_summary
 from benchmarks.management.commands.bench_search import DEFAULT_DATA
 from indexing.embeddings import get_provider
 from indexing.models import MemoryFile
@@ -94,6 +100,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
         parser.add_argument("--details", default="", help="write DIR/<variant>.jsonl, one line per question")
         parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for indexing")
+        parser.add_argument("--timing", type=int, default=0, metavar="ROUNDS",
+                            help="also time every variant's searches, interleaved, ROUNDS times each (default: 0, no timing)")
 
     def handle(self, *args, **options):
         variants = [("default", {})] + [variant_parse(spec) for spec in options["variant"]]
@@ -130,6 +138,14 @@ class Command(BaseCommand):
                         details.close()
                 if not options["json"]:
                     self._print_variant(name, values, report, seconds=time.perf_counter() - started)
+            if options["timing"] > 0:
+                report["timing"] = {
+                    dev.name: self._time(dev, indexed[dev.name], variants=variants, part=options["part"], mode=options["mode"],
+                                         rounds=options["timing"])
+                    for dev in dev_sets
+                }
+                if not options["json"]:
+                    self._print_timing(report["timing"])
         finally:
             if not options["reuse"]:
                 for agent in agents:
@@ -194,6 +210,35 @@ class Command(BaseCommand):
                     line["question"] = line["question"][:300]  # a dialogue-shaped query is a whole session
                     details.write(json.dumps(line) + "\n")
         return {"modes_answered": dict(modes)} | {p: asdict(scores_summary(s, dev.categories)) for p, s in scores.items() if s}
+
+    @staticmethod
+    def _time(dev, agents, *, variants: list, part: str, mode, rounds: int) -> dict:
+        """Each variant's memory_search p50 / p95 (ms) over the questions of ``part``, interleaved (--timing)."""
+        took: dict[str, list[float]] = {name: [] for name, _ in variants}
+        turn = 0
+        for conversation, agent in zip(dev.conversations, agents):
+            if part not in ("all", conversation.part):
+                continue
+            for question in conversation.questions:
+                with override_settings(**UNHURRIED):
+                    memory_search(agent=agent, query=question.text, mode=mode)  # caches the query embedding
+                for _ in range(rounds):
+                    turn += 1
+                    for name, values in variants[turn % len(variants):] + variants[:turn % len(variants)]:
+                        with override_settings(**{**UNHURRIED, **values}):
+                            started = time.perf_counter()
+                            memory_search(agent=agent, query=question.text, mode=mode)
+                            took[name].append(1000 * (time.perf_counter() - started))
+        return {
+            name: {"searches": len(ms), "p50_ms": round(percentile(ms, 0.5), 2), "p95_ms": round(percentile(ms, 0.95), 2)}
+            for name, ms in took.items()
+        }
+
+    def _print_timing(self, timing: dict) -> None:
+        for set_name, by_variant in timing.items():
+            cells = [f"{name} {t['p50_ms']:.2f} / {t['p95_ms']:.2f} ms" for name, t in by_variant.items()]
+            searches = next(iter(by_variant.values()))["searches"]
+            self.stdout.write(f"timing {set_name} (p50 / p95, {searches} searches each): {' | '.join(cells)}")
 
     def _print_variant(self, name: str, values: dict, report: dict, *, seconds: float) -> None:
         cells = []
