@@ -457,6 +457,11 @@ if MEMORYHUB_SEARCH_MAX_RESULTS > MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT:
     raise ImproperlyConfigured("MEMORYHUB_SEARCH_MAX_RESULTS must not exceed MEMORYHUB_SEARCH_MAX_RESULTS_LIMIT")
 # Longest snippet in characters; snippets fill it with the best lines and their neighbours.
 MEMORYHUB_SEARCH_SNIPPET_CHARS = env_int("MEMORYHUB_SEARCH_SNIPPET_CHARS", 700, minimum=80, maximum=20_000)
+# A hit inside a stretch of matching text (the chunks around it in its file score at least as well as
+# itself: a meeting's topic, a story told over several turns) gets a snippet of up to SNIPPET_STRETCH x
+# SNIPPET_CHARS; an answer's snippets hold at most max_results x SNIPPET_CHARS in all, so it then ends with
+# fewer results. 1 = every snippet SNIPPET_CHARS. Measured in docs/search.md.
+MEMORYHUB_SEARCH_SNIPPET_STRETCH = env_float("MEMORYHUB_SEARCH_SNIPPET_STRETCH", 2.0, minimum=1, maximum=10)
 # Files up to this size (bytes) are read whole for snippets, so a snippet can extend past its chunk into
 # neighbouring lines; a larger file shows its chunks' own text, so its searches cost what a small file's do.
 MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = env_int("MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES", 262_144, minimum=0)

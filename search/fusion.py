@@ -57,6 +57,9 @@ class Candidate:
     rerank_score: float | None = None
     diversity_penalty: float | None = None  # what ``diversified`` took off the score (long queries)
     date_match: bool | None = None  # a question naming a date: whether this chunk's file was written then
+    # Whether the chunks around it in its file score at least as well as itself on average (None: no
+    # neighbour among the candidates); such a hit sits inside a stretch of matching text.
+    in_stretch: bool | None = None
 
     def explain(self) -> dict:
         explained = {
@@ -71,6 +74,8 @@ class Candidate:
             explained["diversity_penalty"] = round(self.diversity_penalty, 4)
         if self.date_match is not None:
             explained["date_match"] = self.date_match
+        if self.in_stretch is not None:
+            explained["in_stretch"] = self.in_stretch
         return explained
 
 
@@ -214,8 +219,11 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
     An answer inside a stretch of matching chunks (a topic of a meeting runs over 30-60 lines, several
     chunks) is carried by the chunks around it; a chunk is never lowered, so a lone turn that answers
     keeps its own score (mixing without the max cost LoCoMo's temporal questions, whose answer is one
-    turn). Scores stay on 0..1. Measured on the dev sets (docs/search.md)."""
-    if weight <= 0 or not ranked:
+    turn). Scores stay on 0..1. Measured on the dev sets (docs/search.md).
+
+    At any weight (0 included), a candidate with a neighbour is marked ``in_stretch`` when that mean is at
+    least its own score: the snippets give such a hit more room (search/services.py)."""
+    if not ranked:
         return ranked
     by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
     for candidate in ranked:
@@ -232,11 +240,15 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
             j = i - 1
             while j >= 0 and chunks[j][0] == start:
                 j -= 1
-            before = chunks[j][2].score if j >= 0 and start - 1 <= chunks[j][1] < end else 0.0
+            has_before = j >= 0 and start - 1 <= chunks[j][1] < end
+            before = chunks[j][2].score if has_before else 0.0
             k = i + 1
             while k < len(chunks) and chunks[k][0] == start:
                 k += 1
-            after = chunks[k][2].score if k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end else 0.0
+            has_after = k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end
+            after = chunks[k][2].score if has_after else 0.0
+            if has_before or has_after:
+                candidate.in_stretch = (before + after) / 2 >= candidate.score
             score = (candidate.score + weight * (before + after) / 2) / (1 + weight)
             if score > candidate.score:
                 lifted[candidate.chunk_id] = score

@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
+# An answer whose snippets have left less room than this ends there (MEMORYHUB_SEARCH_SNIPPET_CHARS's minimum).
+MIN_SNIPPET_CHARS = 80
 _TIMED_OUT = "The search did not finish in time (the database is slow or busy). Try again."
 
 
@@ -543,12 +545,16 @@ def _results(
     line_lexemes: dict[tuple[tuple[int, int], int], set[str]] = {}  # (file_lines key, line index) → lexemes
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
+    # The answer's snippets hold at most max_results x budget characters in all. A hit inside a stretch of
+    # matching chunks (fusion.neighbour_credit's in_stretch) may take up to MEMORYHUB_SEARCH_SNIPPET_STRETCH
+    # x budget of it, and the answer then ends with fewer results.
+    room = max_results * budget
     batch = max_results  # chunks: the usual case needs no more; skipped hits pull in the next batch
     # Hits whose lines are all shown already are dropped here, before any query: when hundreds of
     # candidates cite the same few lines (a file that is one long line), the search stops reading
     # batches as soon as those lines are shown instead of walking the whole pool.
     fresh = (c for c in candidates if not _all_shown(spans[c.chunk_id], shown))
-    while len(results) < max_results:
+    while len(results) < max_results and room >= MIN_SNIPPET_CHARS:
         group = _next_group(fresh, chunks=batch)
         if not group:
             break
@@ -571,7 +577,7 @@ def _results(
         except SearchTimedOut:
             break  # the answer keeps the snippets built so far; the caller's message says why
         for c, item in zip(group, regions):
-            if len(results) >= max_results:
+            if len(results) >= max_results or room < MIN_SNIPPET_CHARS:
                 break
             if item is None:
                 continue
@@ -582,12 +588,14 @@ def _results(
             else:
                 scores = [0.0]
             memory_file = files[spans[c.chunk_id][0]]
+            own = int(budget * settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH) if c.in_stretch else budget
             snippet = snippet_build(
                 file_lines=lines, region=(a, b), scores=scores,
-                shown=shown.setdefault(memory_file.id, set()), budget=budget, query_lexemes=keyword.lexemes,
+                shown=shown.setdefault(memory_file.id, set()), budget=min(own, room), query_lexemes=keyword.lexemes,
             )
             if snippet is None:
                 continue  # every line of it is already shown by a better hit
+            room -= len(snippet.text)
             results.append(
                 SearchResult(
                     path=memory_file.path,

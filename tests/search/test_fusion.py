@@ -152,6 +152,23 @@ def test_neighbour_credit_off_leaves_the_ranking_as_fused():
     ranked = [Candidate(1, 0.9), Candidate(2, 0.3)]
     assert neighbour_credit(ranked, spans={1: (1, 1, 5), 2: (1, 6, 9)}, weight=0) == ranked
     assert [c.score for c in ranked] == [0.9, 0.3]
+    assert [c.in_stretch for c in ranked] == [False, True]  # marked at any weight: chunk 2's neighbour scores 0.9
+
+
+def test_a_chunk_whose_neighbours_score_as_well_as_itself_is_in_a_stretch():
+    # The same file as above: the mark compares the neighbours' mean with the chunk's score before any lift.
+    spans = {1: (1, 1, 10), 2: (1, 9, 20), 3: (1, 21, 30), 4: (1, 80, 90), 5: (2, 11, 19)}
+    scores = {1: 0.3, 2: 0.5, 3: 0.9, 4: 0.52, 5: 0.6}
+    ranked = neighbour_credit([Candidate(i, score) for i, score in scores.items()], spans=spans, weight=0.5)
+    marks = {c.chunk_id: c.in_stretch for c in ranked}
+    assert marks == {
+        1: False,  # nothing before it, chunk 2 after: (0 + 0.5) / 2 = 0.25 < 0.3
+        2: True,  # (0.3 + 0.9) / 2 = 0.6 >= 0.5
+        3: False,  # (0.5 + 0) / 2 = 0.25 < 0.9: a peak, not a stretch
+        4: None,  # no neighbour among the candidates
+        5: None,
+    }
+    assert ranked[0].explain()["in_stretch"] is False and "in_stretch" not in next(c for c in ranked if c.chunk_id == 4).explain()
 
 
 def test_diversified_takes_the_best_then_the_one_least_like_those_taken():

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from search.services import memory_search
 from search.snippets import ELLIPSIS, FileLines, snippet_build
 
 FILLER = [
@@ -242,3 +243,43 @@ def test_transcript_lines_map_to_jsonl_lines():
     assert lines.region(3, 7) == (1, 2)
     snippet = snippet_build(file_lines=lines, region=(1, 2), scores=[0, 1], shown=set(), budget=11)
     assert (lines.cite(snippet.first), lines.cite(snippet.last)) == (7, 7)
+
+
+def stretch_file() -> str:
+    """60 lines; lines 21-45 are one topic told over many turns: its middle (31-35) matches the question
+    less than the lines around it, so the chunks there score below their neighbours."""
+    lines = [f"{i + 1}: {FILLER[i % len(FILLER)]}" for i in range(60)]
+    topics = ["pump", "valves", "timer", "hoses", "filter", "nozzles"]
+    for i in range(20, 45):
+        lines[i] = f"{i + 1}: the garden irrigation plan, the {topics[i % len(topics)]} and the watering schedule for the beds"
+    for i in range(30, 35):
+        lines[i] = f"{i + 1}: and for the {topics[i % len(topics)]} we agreed to ask the neighbours what they use"
+    return "\n".join(lines) + "\n"
+
+
+def test_a_hit_inside_a_stretch_gets_a_wider_snippet_within_the_answers_room(alice, index_files, small_chunks, settings):
+    """A hit whose neighbouring chunks score as well as itself (fusion.neighbour_credit's in_stretch) may take
+    up to MEMORYHUB_SEARCH_SNIPPET_STRETCH x the snippet budget; the answer's snippets never hold more than
+    max_results x the budget in all."""
+    settings.MEMORYHUB_SEARCH_SNIPPET_CHARS = 200
+    content = stretch_file()
+    index_files(alice, {"memory/garden.md": content})
+    query = "garden irrigation watering schedule"
+
+    settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH = 1
+    narrow = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
+    assert narrow and all(len(r.snippet) <= 200 for r in narrow)
+    assert any(r.explain.get("in_stretch") for r in narrow)
+
+    settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH = 2
+    wide = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
+    widened = [r for r in wide if len(r.snippet) > 200]
+    assert widened and all(r.explain["in_stretch"] and len(r.snippet) <= 400 for r in widened)
+    assert all(len(r.snippet) <= 200 for r in wide if not r.explain.get("in_stretch"))
+    assert sum(len(r.snippet) for r in wide) <= 4 * 200
+    for r in wide:
+        assert_shows_exact_lines({"snippet": r.snippet, "start_line": r.start_line, "end_line": r.end_line}, content)
+
+    settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH = 10  # one stretch hit could fill the answer: the room still holds
+    widest = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
+    assert sum(len(r.snippet) for r in widest) <= 4 * 200 and len(widest) < 4
