@@ -1,6 +1,7 @@
 """Snippets: what the agent actually reads, so they must show the lines that answer.
 
-A snippet is a run of whole lines of the file (at most the budget, default 700 characters) built in
+A snippet is a run of whole lines of the file (at most the budget, default 700 characters; the caller gives
+a hit inside a stretch of matching text a larger one, search/services.py) built in
 three steps:
 1. score every line of the hit's chunk by the query lexemes it contains (weighted by their IDF);
 2. take the run of lines within the chunk that holds the most score and fits the budget, trimmed to
