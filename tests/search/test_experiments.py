@@ -1,6 +1,7 @@
 """benchmarks/experiments/: the derived checks docs/search.md quotes, on a made-up conversation.
 observations_check.py: LoCoMo-shaped observations as dated notes, stretches of dialogue as queries;
 daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries;
+single_file_check.py: a conversation's sessions joined into one file, its turns' lines moved with them;
 candidate_stages.py: the speaker and centring stages' arithmetic."""
 
 import math
@@ -11,6 +12,8 @@ from benchmarks.experiments.candidate_stages import centred, named_speakers, spe
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
 from benchmarks.experiments.observations_check import observations_load
+from benchmarks.experiments.single_file_check import PATH, single_file_load
+from benchmarks.locomo import conversation_load
 
 
 def turn(dia_id: str, speaker: str, text: str) -> dict:
@@ -120,3 +123,18 @@ def test_a_centred_query_is_the_query_minus_the_mean_of_unit_length():
     moved = centred([1.0, 0.0], [0.5, 0.5], 1.0)
     assert moved == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)])
     assert centred([0.6, 0.8], [0.1, 0.2], 0.0) == pytest.approx([0.6, 0.8])
+
+
+def test_a_conversation_in_one_file_keeps_every_turn_on_its_line():
+    sessions = conversation_load(SAMPLE)
+    joined = single_file_load(SAMPLE, "confirm")
+
+    assert list(joined.files) == [PATH] and joined.part == "confirm"
+    lines = joined.files[PATH].split("\n")
+    for turn_id, turn in sessions.turns.items():
+        moved = joined.turns[turn_id]
+        assert moved.path == PATH and moved.text == turn.text
+        assert lines[moved.line - 1] == turn.text  # the line the protocol looks for
+    first, second = sorted(sessions.files)
+    assert joined.files[PATH] == sessions.files[first] + "\n" + sessions.files[second]  # a blank line between
+    assert joined.questions == sessions.questions
