@@ -10,7 +10,7 @@ one blank line between sessions, and every evidence turn keeps its line. Same sp
 ``manage.py bench_variants`` on that set alone (reported under the name "locomo"):
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/single_file_check.py \\
-        --data ../shared/data/locomo-dev.json --reuse single --part all \\
+        --reuse single --part all \\
         --variant 'narrow:MEMORYHUB_SEARCH_SNIPPET_STRETCH=1'
 """
 
