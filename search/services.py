@@ -549,6 +549,7 @@ def _results(
     # matching chunks (fusion.neighbour_credit's in_stretch) may take up to MEMORYHUB_SEARCH_SNIPPET_STRETCH
     # x budget of it, and the answer then ends with fewer results.
     room = max_results * budget
+    wide = int(budget * settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH)
     batch = max_results  # chunks: the usual case needs no more; skipped hits pull in the next batch
     # Hits whose lines are all shown already are dropped here, before any query: when hundreds of
     # candidates cite the same few lines (a file that is one long line), the search stops reading
@@ -588,7 +589,7 @@ def _results(
             else:
                 scores = [0.0]
             memory_file = files[spans[c.chunk_id][0]]
-            own = int(budget * settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH) if c.in_stretch else budget
+            own = wide if c.in_stretch else budget
             snippet = snippet_build(
                 file_lines=lines, region=(a, b), scores=scores,
                 shown=shown.setdefault(memory_file.id, set()), budget=min(own, room), query_lexemes=keyword.lexemes,
