@@ -209,6 +209,25 @@ class EmbeddingCache(models.Model):
         ]
 
 
+class EmbeddingWindow(models.Model):
+    """The input window measured for a model the service does not know by name (indexing/window_probe.py),
+    one row per identity and endpoint. Chunks and query windows are cut to it; delete the row (and restart
+    the workers and web processes) to measure again."""
+
+    identity = models.CharField(max_length=255, help_text="provider:model:dimensions")
+    endpoint = models.CharField(max_length=500, blank=True, help_text="The provider's base URL, if set.")
+    tokens = models.PositiveIntegerField(help_text="cl100k tokens a chunk may hold: every one of them is read by the model.")
+    read_tokens = models.PositiveIntegerField(help_text="Tokens of the probe text the model read whole.")
+    cut = models.BooleanField(help_text="Whether the model cut the probe text (else it read the provider's whole window).")
+    measured_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["identity", "endpoint"], name="embeddingwindow_identity_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.identity} at {self.endpoint or 'the default endpoint'}: {self.tokens} tokens"
+
+
 class EmbeddingBatch(models.Model):
     """Texts of one indexing pass sent to a provider's asynchronous batch API (OpenAI /v1/batches,
     Gemini asyncBatchEmbedContent) at half the price, collected later by the periodic task

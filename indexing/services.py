@@ -43,6 +43,7 @@ from indexing.states import (
 )
 from indexing.tables import CHUNK
 from indexing.transcripts import chunk_transcript
+from indexing.window_probe import model_window, window_measure
 from memoryhub import metrics
 
 logger = logging.getLogger(__name__)
@@ -73,9 +74,10 @@ class FileIndexOutcome:
 
 def chunk_sizes(*, agent: Agent) -> tuple[int, int]:
     """(max tokens, overlap) for this agent, never larger than the embedding model reads
-    (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS): a vector is only credited with lines its model saw."""
+    (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS, or the model's measured window: indexing/window_probe.py): a
+    vector is only credited with lines its model saw."""
     tokens, overlap = _chunk_sizes_asked(agent=agent)
-    window = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
+    window = model_window()
     if configured_identity().has_vectors and tokens > window:
         return window, min(overlap, window // 5)
     return tokens, overlap
@@ -225,6 +227,8 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
         if provider is _DEFAULT:
             provider = get_provider()
         identity = provider.identity if provider is not None else None
+        if provider is not None and not defer_embedding:
+            window_measure(provider)  # a model not known by name: its window, measured once, before chunking
         work, indexed_texts = _files_chunked(files=files, outcomes=outcomes, identity=identity)
 
         # Step 1: the vectors known without the provider, then the chunks, committed.
@@ -287,7 +291,7 @@ def _files_chunked(*, files, outcomes, identity) -> tuple[list, dict[str, str]]:
         max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
         title = file_title(memory_file=memory_file)
         # The title rides in front of every chunk: together they must fit in the model's window.
-        room = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS - count_tokens(title) - 1
+        room = model_window() - count_tokens(title) - 1
         if title and max_tokens > room:
             max_tokens = max(32, room)
             overlap = min(overlap, max_tokens // 5)

@@ -401,6 +401,13 @@ _window = _DEFAULT_INPUT_TOKENS[MEMORYHUB_EMBEDDING_PROVIDER]
 if _KNOWN_MODEL:
     _window = _KNOWN_MODEL.window if MEMORYHUB_EMBEDDING_PROVIDER == "local" else min(_KNOWN_MODEL.window, _window)
 MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = env_int("MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS", _window, minimum=32)
+# Measure the window of a model not known by name on a remote provider (a self-hosted model behind
+# OPENAI_BASE_URL under a name of its own), instead of taking the provider's: two requests the first time
+# a worker indexes, stored in the database (indexing/window_probe.py). Off when
+# MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS is set: the setting is the window then.
+MEMORYHUB_EMBEDDING_WINDOW_PROBE = env_bool(
+    "MEMORYHUB_EMBEDDING_WINDOW_PROBE", not env_str("MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS").strip()
+)
 # Retries of one request on 429, 5xx, timeouts and connection errors, before the error is raised.
 MEMORYHUB_EMBEDDING_MAX_RETRIES = env_int("MEMORYHUB_EMBEDDING_MAX_RETRIES", 5, minimum=0, maximum=20)
 # Backoff before retry n is base * 2**n seconds (with jitter, capped at the max delay and honouring Retry-After).

@@ -15,9 +15,8 @@ nothing in particular); the best window per chunk won (0.53).
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from indexing.chunking import chunk_markdown
+from indexing.window_probe import model_window
 
 # A 10,000-character query is ~12 windows of 220 tokens; each costs an embedding and a vector query.
 MAX_QUERY_WINDOWS = 8
@@ -35,8 +34,9 @@ def query_windows(text: str, *, max_tokens: int, limit: int = MAX_QUERY_WINDOWS)
 
 
 def query_text_windows(text: str) -> list[str]:
-    """The windows of a query for the configured model's window (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS)."""
-    return query_windows(text, max_tokens=settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS)
+    """The windows of a query for the configured model's window (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS, or
+    the model's measured window: indexing/window_probe.py)."""
+    return query_windows(text, max_tokens=model_window())
 
 
 def query_vectors(*, provider, windows: list[str]) -> list[list[float]]:

@@ -181,7 +181,16 @@ def _environment_changes(before: dict[str, str]) -> list[str]:
 
 
 def pytest_configure(config):
+    # No test measures its model's window (indexing/window_probe.py) unless it asks, in this process (the
+    # fixture below) or in the servers and workers it starts: a probe's requests would count in the tests
+    # that count a provider's requests. tests/indexing/test_window_probe.py turns it on.
+    os.environ.setdefault("MEMORYHUB_EMBEDDING_WINDOW_PROBE", "0")
     _ENVIRONMENT_AT_START.update(_memoryhub_environment())
+
+
+@pytest.fixture(autouse=True)
+def _no_window_probe(settings):
+    settings.MEMORYHUB_EMBEDDING_WINDOW_PROBE = False
 
 
 def pytest_collection_finish(session):

