@@ -4,13 +4,14 @@ writers) with actions that call the indexing services ("Re-index selected files"
 from django.contrib import admin, messages
 from django.db.models import BooleanField, Count, ExpressionWrapper, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
+from django.http import Http404
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agents.admin_scoping import TeamScopedAdmin
 from agents.models import AuditEvent
 from agents.services import Actor, audit_record
-from indexing.models import Chunk, EmbeddingBatch, IndexJob, MemoryFile
+from indexing.models import Chunk, EmbeddingBatch, EmbeddingWindow, IndexJob, MemoryFile
 from indexing.maintenance import file_reindex, index_job_retry
 
 # The content view shows at most this many lines; memory_get (GET files/<path>?from=&lines=) reads the rest.
@@ -288,6 +289,37 @@ class EmbeddingBatchAdmin(ReadOnlyAdmin):
     @admin.display(description="Error")
     def error_short(self, batch):
         return (batch.error[:120] + "…") if len(batch.error) > 120 else batch.error
+
+
+@admin.register(EmbeddingWindow)
+class EmbeddingWindowAdmin(admin.ModelAdmin):
+    """The windows measured for models not known by name (indexing/window_probe.py). They belong to the
+    deployment, not to a team: superusers only. Deleting a row has the model measured again at the next
+    indexing, once the processes are restarted (each keeps a measurement for its life)."""
+
+    list_display = ["identity", "endpoint", "tokens", "read_tokens", "cut", "measured_at"]
+    readonly_fields = list_display
+
+    def has_module_permission(self, request):
+        return request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def get_object(self, request, object_id, from_field=None):
+        # For an operator a row is a 404, as another team's rows are (agents/admin_scoping.py), not a 403.
+        if not request.user.is_superuser:
+            raise Http404("No such object.")
+        return super().get_object(request, object_id, from_field)
 
 
 def _preview(text: str) -> str:

@@ -54,6 +54,16 @@ class AgentStatusApi(APIView):
                 choices=["auto", "setting"],
                 help_text="auto: MEMORYHUB_EMBEDDING_PROVIDER=auto picked the provider at start; setting: named by the operator.",
             )
+            window = serializers.IntegerField(
+                allow_null=True, help_text="cl100k tokens a chunk may hold: every one of them is read by the model (null: no vectors)."
+            )
+            window_source = serializers.ChoiceField(
+                choices=["settings", "measured", "unmeasured"],
+                help_text=(
+                    "settings: MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS or the model's known window; measured: a model not "
+                    "known by name, measured by a worker; unmeasured: not measured yet (the provider did not answer), 220 meanwhile."
+                ),
+            )
 
         agent = serializers.CharField()
         files = serializers.IntegerField()

@@ -10,6 +10,7 @@ from agents.models import LIVE, Agent, AgentToken, MemoryGrant
 from indexing.embedding_batches import UNFINISHED as BATCHES_UNFINISHED, batches_in_flight
 from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
+from indexing.window_probe import model_window, window_source
 from memoryhub.domain import NotFound
 
 
@@ -44,6 +45,8 @@ def agent_index_status(*, agent: Agent) -> dict:
             "dimensions": identity.dimensions,
             "vector_search": identity.has_vectors,
             "chosen": provider_chosen(),
+            "window": model_window() if identity.has_vectors else None,
+            "window_source": window_source(),
         },
         "embedding_batches": batches,
         "last_indexed_at": files["last_indexed_at"],

@@ -96,7 +96,15 @@ export interface Status {
   awaiting_vectors: number;
   failed: number;
   failed_jobs: number;
-  embedding: { provider: string; model: string | null; dimensions: number | null; vector_search: boolean };
+  embedding: {
+    provider: string;
+    model: string | null;
+    dimensions: number | null;
+    vector_search: boolean;
+    /** cl100k tokens a chunk may hold (null without vectors); measured for a model not known by name. */
+    window?: number | null;
+    window_source?: "settings" | "measured" | "unmeasured";
+  };
   /** Batches of this agent's texts in flight at the provider's batch API (half price, up to 24 h). */
   embedding_batches: {
     id: number;
