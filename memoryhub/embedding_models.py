@@ -42,6 +42,17 @@ KNOWN_MODELS: dict[str, KnownModel] = {
     "text-embedding-3-small": KnownModel(8191, None),
     "text-embedding-3-large": KnownModel(8191, None),
     "text-embedding-ada-002": KnownModel(8191, 1536),
+    # The other APIs' models (their own tokens; the provider's window in MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
+    # is the smaller): known, so that a deployment on a provider's default model is never probed for it
+    # (indexing/window_probe.py). Their vectors are shortened on request, so the provider's size stays.
+    "gemini-embedding-001": KnownModel(2048, None),
+    "text-embedding-004": KnownModel(2048, None),
+    "voyage-3.5": KnownModel(32000, None),
+    "voyage-3.5-lite": KnownModel(32000, None),
+    "voyage-3-large": KnownModel(32000, None),
+    "embed-v4.0": KnownModel(128_000, None),
+    "embed-english-v3.0": KnownModel(wordpiece_window(512), 1024),
+    "embed-multilingual-v3.0": KnownModel(wordpiece_window(512), 1024),
     # sentence-transformers
     "all-minilm-l6-v2": _MINILM,
     "all-minilm-l12-v2": _MINILM,

@@ -295,7 +295,7 @@ _DEFAULT_MODELS = {
 }
 # The input window of each provider's models in cl100k tokens: text past it never reaches the vector.
 # OpenAI's embedding models read 8,191 cl100k tokens; gemini-embedding-001 2,048; Voyage's 3.5 models
-# 32,000; Cohere's embed-v4.0 128k (its v3 models 512: set it); Ollama cuts at the model's context,
+# 32,000; Cohere's embed-v4.0 128k (its v3 models 512, known by name); Ollama cuts at the model's context,
 # 2,048 for nomic-embed-text as Ollama loads it by default. all-MiniLM-L6-v2 (and most
 # sentence-transformers models) read 256 word pieces, 254 of them text; chat and meeting text has
 # 1.02-1.03 word pieces per cl100k token (both dev sets, measured with the model's tokenizer), so 220

@@ -25,6 +25,8 @@ BASE_DIR = Path(__file__).resolve().parents[2]
         ("intfloat/e5-large-v2", 442, 1024),
         ("nomic-embed-text:v1.5", 7093, 768),
         ("text-embedding-3-small", 8191, None),
+        ("gemini-embedding-001", 2048, None),  # the APIs' own models are known: never probed
+        ("embed-english-v3.0", 442, 1024),
     ],
 )
 def test_a_model_is_known_by_the_names_providers_give_it(name, window, dimensions):

@@ -16,7 +16,8 @@ from indexing.embedding_identity import EmbeddingIdentity
 from indexing.embeddings import OpenAIProvider, RetryPolicy
 from indexing.models import Chunk, EmbeddingWindow
 from indexing.window_probe import (
-    UNMEASURED_WINDOW, _groups, _ladder, _prefixes, model_window, probe, window_cache_clear, window_measure,
+    PROBED_PROVIDERS, UNMEASURED_WINDOW, _groups, _ladder, _prefixes, model_window, probe, window_cache_clear, window_measure,
+    window_probe_wanted,
 )
 from indexing.writes import file_ingest
 from memoryhub.embedding_models import wordpiece_window
@@ -183,3 +184,12 @@ def test_superusers_see_the_measured_windows_in_the_admin_and_operators_do_not(d
     client.force_login(User.objects.create_superuser("root", password="pw"))
     page = client.get("/admin/indexing/embeddingwindow/")
     assert page.status_code == 200 and b"openai:my-embedder:384" in page.content and b"http://tei:80/v1" in page.content
+
+
+@pytest.mark.parametrize("provider", sorted(PROBED_PROVIDERS))
+def test_no_providers_default_model_is_probed(settings, provider):
+    from memoryhub import settings as project_settings
+
+    settings.MEMORYHUB_EMBEDDING_WINDOW_PROBE = True
+    settings.MEMORYHUB_EMBEDDING_PROVIDER, settings.MEMORYHUB_EMBEDDING_MODEL = provider, project_settings._DEFAULT_MODELS[provider][0]
+    assert not window_probe_wanted()
