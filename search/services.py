@@ -514,6 +514,7 @@ def _results(
     was indexed (then the stored lines no longer match its line numbers). Every row is read with the
     agent's id as well as its own: the ids come from this agent's candidates, and a database distributed
     by agent (docs/scale.md) can then read them from the agent's shard alone."""
+    today = datetime.now(dt_timezone.utc).date()  # one day for the recency boost and the question's dates
     boost = settings.MEMORYHUB_SEARCH_RECENCY_BOOST
     if boost > 0 and candidates:
         try:
@@ -522,13 +523,14 @@ def _results(
                 paths = dict(MemoryFile.objects.filter(agent_id=agent_id, pk__in=file_ids).values_list("id", "path"))
         except SearchTimedOut:
             paths = {}  # no boost: the answer is still right, its order a little less
-        today = datetime.now(dt_timezone.utc).date()
         half_life = settings.MEMORYHUB_SEARCH_RECENCY_HALF_LIFE_DAYS
         for c in candidates:
             c.score *= recency_factor(paths.get(spans[c.chunk_id][0], ""), today=today, boost=boost, half_life_days=half_life)
         candidates.sort(key=lambda c: -c.score)
     if asks_dates(keyword.lexemes) and candidates and query:
-        candidates = _date_boosted(agent_id=agent_id, query=query, candidates=candidates, spans=spans, deadline=deadline)
+        candidates = _date_boosted(
+            agent_id=agent_id, query=query, today=today, candidates=candidates, spans=spans, deadline=deadline
+        )
     best_below = max((c.score for c in candidates if c.score < min_score), default=None)
     candidates = [c for c in candidates if c.score >= min_score]
     diversity = long_query_diversity(keyword.lexemes)
@@ -613,14 +615,15 @@ def _results(
 
 
 def _date_boosted(
-    *, agent_id: int, query: str, candidates: list[Candidate], spans: dict[int, tuple[int, int, int]], deadline: SearchDeadline
+    *, agent_id: int, query: str, today: date, candidates: list[Candidate], spans: dict[int, tuple[int, int, int]],
+    deadline: SearchDeadline,
 ) -> list[Candidate]:
     """A question that names a day, a month or a year (search/dates.py) favours the files written in
     that span or within MEMORYHUB_SEARCH_DATE_AFTER_DAYS after it: when any candidate's file is one, every
     other candidate's score is multiplied by 1 - MEMORYHUB_SEARCH_DATE_BOOST (so a file of the right day
     can pass the best match of another day; scores stay on 0..1). ``explain`` gives ``date_match``. Out
     of time, the scores stay as fused."""
-    asked = query_spans(query, today=datetime.now(dt_timezone.utc).date())
+    asked = query_spans(query, today=today)
     if not asked:
         return candidates
     try:
