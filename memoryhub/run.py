@@ -40,8 +40,11 @@ def broker_answers(url: str) -> bool:
 AUTO_ORDER = "openai, gemini, voyage, local"
 
 
-def search_mode_lines(*, provider: str, model: str, dimensions: int | None, chosen: str = "setting") -> list[str]:
-    """What search will do with this provider, and how to get vectors when it has none."""
+def search_mode_lines(
+    *, provider: str, model: str, dimensions: int | None, chosen: str = "setting", window_probed: bool = False
+) -> list[str]:
+    """What search will do with this provider, and how to get vectors when it has none; whether the model's
+    window will be measured (indexing/window_probe.py)."""
     how = (
         f" (chosen by MEMORYHUB_EMBEDDING_PROVIDER=auto: the first configured of {AUTO_ORDER})"
         if chosen == "auto"
@@ -55,22 +58,29 @@ def search_mode_lines(*, provider: str, model: str, dimensions: int | None, chos
             "  all-MiniLM-L6-v2 on CPU) and start again: the local provider is then picked up",
             "  (MEMORYHUB_EMBEDDING_PROVIDER=local forces it).",
         ]
-    return [
-        f"search is hybrid (keywords + vectors): embedding provider {provider}{how}, model {model}, {dimensions} dimensions."
-    ]
+    lines = [f"search is hybrid (keywords + vectors): embedding provider {provider}{how}, model {model}, {dimensions} dimensions."]
+    if window_probed:
+        lines.append(
+            f"  {model} is not a model the service knows by name: the worker measures its input window at the first"
+            " indexing (docs/providers.md; MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS sets it instead)."
+        )
+    return lines
 
 
-def embedding_settings() -> tuple[str, str, int | None, str]:
-    """(provider, model, dimensions, how the provider was chosen) as the web process and the worker will
-    resolve them."""
+def embedding_settings() -> tuple[str, str, int | None, str, bool]:
+    """(provider, model, dimensions, how the provider was chosen, whether the model's window will be
+    measured) as the web process and the worker will resolve them."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
     from django.conf import settings
+
+    from indexing.window_probe import window_probe_wanted
 
     return (
         settings.MEMORYHUB_EMBEDDING_PROVIDER,
         settings.MEMORYHUB_EMBEDDING_MODEL,
         settings.MEMORYHUB_EMBEDDING_DIMENSIONS,
         settings.MEMORYHUB_EMBEDDING_PROVIDER_CHOSEN,
+        window_probe_wanted(),
     )
 
 
@@ -134,8 +144,10 @@ def main() -> int:
             flush=True,
         )
         say(f"API docs at http://127.0.0.1:{port}/api/docs/, MCP endpoint at http://127.0.0.1:{port}/mcp")
-        provider, model, dimensions, chosen = embedding_settings()
-        for line in search_mode_lines(provider=provider, model=model, dimensions=dimensions, chosen=chosen):
+        provider, model, dimensions, chosen, window_probed = embedding_settings()
+        for line in search_mode_lines(
+            provider=provider, model=model, dimensions=dimensions, chosen=chosen, window_probed=window_probed
+        ):
             say(line)
 
         # The production server with a bounded pool (memoryhub/gunicorn_conf.py), not runserver: under

@@ -160,3 +160,9 @@ def test_make_run_starts_a_killed_worker_again_and_the_new_one_indexes(run_datab
 def test_the_banner_names_an_active_provider_and_its_model():
     (line,) = search_mode_lines(provider="openai", model="text-embedding-3-small", dimensions=1536)
     assert "hybrid" in line and "openai" in line and "text-embedding-3-small" in line and "1536" in line
+
+
+def test_the_banner_says_when_the_models_window_will_be_measured():
+    line, probe = search_mode_lines(provider="openai", model="my-embedder", dimensions=384, window_probed=True)
+    assert "my-embedder" in probe and "measures its input window" in probe
+    assert len(search_mode_lines(provider="openai", model="all-MiniLM-L6-v2", dimensions=384)) == 1
