@@ -560,11 +560,21 @@ _HTTP_PROVIDER_SETTINGS = {
 }
 
 
+def provider_base_url(provider: str) -> str:
+    """The configured base URL of a remote provider (OPENAI_BASE_URL, GEMINI_BASE_URL...); "" when unset or
+    for a provider without one."""
+    if provider == "openai":
+        return settings.OPENAI_BASE_URL or ""
+    if provider in _HTTP_PROVIDER_SETTINGS:
+        return getattr(settings, _HTTP_PROVIDER_SETTINGS[provider][1]) or ""
+    return ""
+
+
 def _http_provider_options(provider: str) -> dict:
-    key_setting, url_setting = _HTTP_PROVIDER_SETTINGS[provider]
+    key_setting, _ = _HTTP_PROVIDER_SETTINGS[provider]
     return {
         "api_key": getattr(settings, key_setting) if key_setting else "",
-        "base_url": getattr(settings, url_setting),
+        "base_url": provider_base_url(provider),
         "timeout": settings.MEMORYHUB_EMBEDDING_TIMEOUT,
         "batch_size": settings.MEMORYHUB_EMBEDDING_BATCH_SIZE,
         "batch_tokens": settings.MEMORYHUB_EMBEDDING_BATCH_TOKENS,

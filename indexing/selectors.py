@@ -10,7 +10,7 @@ from agents.models import LIVE, Agent, AgentToken, MemoryGrant
 from indexing.embedding_batches import UNFINISHED as BATCHES_UNFINISHED, batches_in_flight
 from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
-from indexing.window_probe import model_window, window_source
+from indexing.window_probe import model_window_source
 from memoryhub.domain import NotFound
 
 
@@ -27,6 +27,7 @@ def agent_index_status(*, agent: Agent) -> dict:
         last_indexed_at=Max("indexed_at"),
     )
     identity = configured_identity()
+    window, window_source = model_window_source()
     batches = [
         {"id": batch.pk, "provider": batch.provider, "remote_id": batch.remote_id, "state": batch.state,
          "inputs": batch.inputs, "submitted_at": batch.created_at, "job": batch.job_id}
@@ -45,8 +46,8 @@ def agent_index_status(*, agent: Agent) -> dict:
             "dimensions": identity.dimensions,
             "vector_search": identity.has_vectors,
             "chosen": provider_chosen(),
-            "window": model_window() if identity.has_vectors else None,
-            "window_source": window_source(),
+            "window": window if identity.has_vectors else None,
+            "window_source": window_source,
         },
         "embedding_batches": batches,
         "last_indexed_at": files["last_indexed_at"],

@@ -96,18 +96,18 @@ def window_probe_wanted() -> bool:
 def model_window() -> int:
     """The window chunks and query windows are cut to, in cl100k tokens: MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS,
     or for a measured model the smaller of that and its measurement (UNMEASURED_WINDOW before one exists)."""
+    return model_window_source()[0]
+
+
+def model_window_source() -> tuple[int, str]:
+    """model_window() and where it comes from: "settings", "measured", or "unmeasured" (UNMEASURED_WINDOW)."""
     window = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
     if not window_probe_wanted():
-        return window
+        return window, "settings"
     measured = _measured(_key())
-    return min(window, UNMEASURED_WINDOW if measured is None else measured)
-
-
-def window_source() -> str:
-    """Where model_window() comes from: "settings", "measured", or "unmeasured" (UNMEASURED_WINDOW)."""
-    if not window_probe_wanted():
-        return "settings"
-    return "unmeasured" if _measured(_key()) is None else "measured"
+    if measured is None:
+        return min(window, UNMEASURED_WINDOW), "unmeasured"
+    return min(window, measured), "measured"
 
 
 def window_measure(provider) -> int | None:
@@ -247,9 +247,9 @@ def _same(a, b) -> bool:
 
 
 def _key() -> tuple[str, str]:
-    provider = settings.MEMORYHUB_EMBEDDING_PROVIDER
-    url_setting = "OPENAI_BASE_URL" if provider == "openai" else f"{provider.upper()}_BASE_URL"
-    return configured_identity().key, getattr(settings, url_setting, "") or ""
+    from indexing.embeddings import provider_base_url
+
+    return configured_identity().key, provider_base_url(settings.MEMORYHUB_EMBEDDING_PROVIDER)
 
 
 def _measured(key: tuple[str, str]) -> int | None:
