@@ -201,12 +201,9 @@ def test_a_real_worker_measures_the_window_and_the_web_process_reports_it(alice,
     """A real Celery worker on Redis and a real gunicorn, the openai provider on a server whose model reads
     120 words, under a name of this test's own: the worker measures before it chunks, every chunk fits, and
     the web process's status reads the measurement from the database."""
-    import json
-    import urllib.request
-
     from indexing.models import MemoryFile
     from tests.reliability.flaky_embeddings import use_flaky_provider
-    from tests.reliability.processes import service_env, start_web, start_worker, unique_queue, wait_for
+    from tests.reliability.processes import api_call, service_env, start_web, start_worker, unique_queue, wait_for, web_answers
 
     with FlakyEmbeddings() as server:
         server.words = 120
@@ -219,39 +216,21 @@ def test_a_real_worker_measures_the_window_and_the_web_process_reports_it(alice,
         web, url = start_web(tmp_path, env)
         worker = start_worker(tmp_path, env)
 
-        def call(path, method="GET", body=None, content_type="application/json"):
-            request = urllib.request.Request(f"{url}/api/v1/{path}", data=body, method=method)
-            request.add_header("Authorization", f"Bearer {alice.raw_token}")
-            request.add_header("Content-Type", content_type)
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read())
-
         def indexed() -> bool:
             return MemoryFile.objects.filter(agent=alice.agent, path="memory/chat.md", state="indexed").exists()
 
         try:
-            wait_for(lambda: _answers(url), timeout=60, what=f"the web server; log:\n{web.output()}")
-            call("files/memory/chat.md", "PUT", TRANSCRIPT.encode(), "text/markdown")
+            wait_for(lambda: web_answers(url), timeout=60, what=f"the web server; log:\n{web.output()}")
+            status, _ = api_call(f"{url}/api/v1/files/memory/chat.md", alice.raw_token, "PUT", TRANSCRIPT.encode(), "text/markdown")
+            assert status == 201
             wait_for(indexed, timeout=120, what=f"the file indexed; worker log:\n{worker.output()}")
             row = EmbeddingWindow.objects.get(identity=f"openai:{model}:{server.dimensions}", endpoint=server.base_url)
             assert row.cut and _words(row.read_tokens) <= 120 and row.tokens == wordpiece_window(row.read_tokens + 2)
             chunks = Chunk.objects.filter(agent_id=alice.agent.pk)
             assert chunks.count() > 5 and max(count_tokens(c.text) for c in chunks) <= row.tokens
-            embedding = call("status")["embedding"]
+            embedding = api_call(f"{url}/api/v1/status", alice.raw_token)[1]["embedding"]
             assert (embedding["window"], embedding["window_source"]) == (row.tokens, "measured")
         finally:
             worker.stop()
             web.stop()
 
-
-def _answers(url: str) -> bool:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=5):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False

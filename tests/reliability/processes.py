@@ -1,12 +1,15 @@
 """Real processes for the failure tests: a Celery worker (with beat), a gunicorn web server and a Redis
 of their own, each a subprocess on this test database, stopped or killed when a test says so."""
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -109,6 +112,30 @@ def start_web(tmp_path: Path, env: dict) -> tuple[Process, str]:
         tmp_path / "web.log",
     )
     return process, f"http://127.0.0.1:{port}"
+
+
+def web_answers(url: str) -> bool:
+    """Whether the web server at ``url`` answers /healthz at all (a 503 while a dependency settles is an answer)."""
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+def api_call(url: str, token: str, method: str = "GET", body=None, content_type: str = "application/json"):
+    """(status, JSON body, or the raw body of an error) of one request with ``token``; a dict body is sent as JSON."""
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    request = urllib.request.Request(url, data=data, method=method, headers={"Authorization": f"Bearer {token}"})
+    if data is not None:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def start_redis(tmp_path: Path, port: int) -> Process:

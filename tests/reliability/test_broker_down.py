@@ -2,28 +2,14 @@
 hang), their jobs wait in the outbox, and within seconds of Redis coming back they are dispatched and
 indexed — no restart, nothing lost."""
 
-import json
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from indexing.models import IndexJob, MemoryFile
 from tests.reliability.processes import (
-    free_port, service_env, start_redis, start_web, start_worker, unique_queue, wait_for,
+    api_call as call, free_port, service_env, start_redis, start_web, start_worker, unique_queue, wait_for, web_answers,
 )
-
-
-def call(url, token, method="GET", body=None):
-    request = urllib.request.Request(url, data=body, method=method, headers={"Authorization": f"Bearer {token}"})
-    if body is not None:
-        request.add_header("Content-Type", "text/markdown")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 @pytest.mark.worker
@@ -38,14 +24,14 @@ def test_writes_during_a_broker_outage_are_indexed_once_it_is_back(alice, tmp_pa
     workers = [worker]
     api = f"{url}/api/v1"
     try:
-        wait_for(lambda: _answers(f"{url}/healthz"), timeout=60, what="the web server")
-        status, body = call(f"{api}/files/notes/before.md", alice.raw_token, "PUT", b"Written while the broker is up.")
+        wait_for(lambda: web_answers(url), timeout=60, what="the web server")
+        status, body = call(f"{api}/files/notes/before.md", alice.raw_token, "PUT", b"Written while the broker is up.", "text/markdown")
         assert status == 201, body
         wait_for(lambda: call(f"{api}/status", alice.raw_token)[1]["pending"] == 0, timeout=60, what=f"indexing; {worker.output()}")
 
         redis.kill()
         started = time.monotonic()
-        status, body = call(f"{api}/files/notes/during.md", alice.raw_token, "PUT", b"Written while the broker is down.")
+        status, body = call(f"{api}/files/notes/during.md", alice.raw_token, "PUT", b"Written while the broker is down.", "text/markdown")
         took = time.monotonic() - started
         assert status == 201, body
         assert took < 10, f"the write took {took:.1f} s with the broker down"
@@ -72,13 +58,3 @@ def test_writes_during_a_broker_outage_are_indexed_once_it_is_back(alice, tmp_pa
     finally:
         for process in (web, *workers, redis):
             process.stop()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5):
-            return True
-    except urllib.error.HTTPError:
-        return True  # 503 while a dependency settles is an answer
-    except OSError:
-        return False

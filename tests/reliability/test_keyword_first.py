@@ -10,15 +10,13 @@ the chunks were written only once that call had answered or failed (up to six tr
 the waits below for chunks while the provider hangs would time out.
 """
 
-import json
-import urllib.error
-import urllib.request
-
 import pytest
 
 from indexing.models import Chunk, IndexJob, MemoryFile
 from tests.reliability.flaky_embeddings import FlakyEmbeddings, use_flaky_provider
-from tests.reliability.processes import service_env, start_web, start_worker, unique_queue, wait_for
+from tests.reliability.processes import (
+    api_call as call, service_env, start_web, start_worker, unique_queue, wait_for, web_answers,
+)
 
 NOTE = "# Hangar\n\nThe zeppelin leaves at dawn from the northern hangar.\n\nBring the blue ticket.\n"
 PATH = "notes/hangar.md"
@@ -48,28 +46,6 @@ def services_env(server: FlakyEmbeddings, **extra) -> dict:
     )
 
 
-def call(url: str, token: str, method: str = "GET", body=None, content_type: str = "application/json"):
-    data = json.dumps(body).encode() if isinstance(body, dict) else body
-    request = urllib.request.Request(url, data=data, method=method, headers={"Authorization": f"Bearer {token}"})
-    if data is not None:
-        request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def web_ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=5):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-
-
 def assert_found_with_a_cited_snippet(result: dict) -> None:
     assert result["path"] == PATH
     cited = NOTE.split("\n")[result["start_line"] - 1 : result["end_line"]]
@@ -97,7 +73,7 @@ def test_a_file_is_keyword_searchable_while_the_provider_hangs_then_gets_its_vec
     worker = start_worker(tmp_path, env)
     api = f"{url}/api/v1"
     try:
-        wait_for(lambda: web_ready(url), timeout=60, what=f"the web server; log:\n{web.output()}")
+        wait_for(lambda: web_answers(url), timeout=60, what=f"the web server; log:\n{web.output()}")
         status, body = call(f"{api}/files/{PATH}", alice.raw_token, "PUT", NOTE.encode(), "text/markdown")
         assert status == 201, body
         memory_file = MemoryFile.objects.get(agent=alice.agent, path=PATH)
@@ -163,7 +139,7 @@ def test_a_worker_killed_between_the_two_steps_loses_nothing(alice, provider, tm
     second = None
     api = f"{url}/api/v1"
     try:
-        wait_for(lambda: web_ready(url), timeout=60, what=f"the web server; log:\n{web.output()}")
+        wait_for(lambda: web_answers(url), timeout=60, what=f"the web server; log:\n{web.output()}")
         status, body = call(f"{api}/files/{PATH}", alice.raw_token, "PUT", NOTE.encode(), "text/markdown")
         assert status == 201, body
         memory_file = MemoryFile.objects.get(agent=alice.agent, path=PATH)
