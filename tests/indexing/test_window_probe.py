@@ -152,6 +152,29 @@ def test_a_provider_down_at_the_first_indexing_leaves_safe_chunks_and_is_measure
     assert (embedding["window"], embedding["window_source"]) == (row.tokens, "measured")
 
 
+def test_a_hanging_provider_costs_the_first_indexing_one_timeout_and_the_file_stays_searchable(alice, probed, indexed, word_server):
+    """The probe waits no longer than a request may (MEMORYHUB_EMBEDDING_TIMEOUT, here 1 s, no retries); the
+    file is chunked and keyword-searchable meanwhile, and the next job does not wait for the probe again."""
+    import time
+
+    server = word_server(words=120)
+    server.behaviour = "hang"
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    probed.MEMORYHUB_EMBEDDING_TIMEOUT = 1.0
+    try:
+        started = time.monotonic()
+        with indexed():
+            memory_file, _ = file_ingest(agent=alice.agent, path="memory/chat.md", content=TRANSCRIPT)
+        assert time.monotonic() - started < 30  # the probe's timeout and the embedding's, not a hang
+        chunks = list(Chunk.objects.filter(agent_id=alice.agent.pk, file=memory_file))
+        assert chunks and max(count_tokens(c.text) for c in chunks) <= UNMEASURED_WINDOW
+        assert not EmbeddingWindow.objects.exists()
+        requests = server.requests
+        assert window_measure(_provider(server)) is None and server.requests == requests
+    finally:
+        server.release()
+
+
 def test_a_model_known_by_name_or_a_window_set_explicitly_is_not_probed(db, probed, word_server):
     server = word_server(words=50)
     probed.OPENAI_BASE_URL = server.base_url
