@@ -25,14 +25,16 @@ table's figure; tests/indexing/test_window_probe.py).
 
 **When.** A worker measures before it chunks, the first time it indexes with such a model, and stores
 the result (EmbeddingWindow, one row per identity and endpoint; the admin lists it for superusers).
-Until a measurement exists (the provider was down at the first indexing; the process tries again after
-PROBE_RETRY_SECONDS) chunks and query windows use UNMEASURED_WINDOW, a size every model the service
-knows reads whole. MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS set explicitly turns the probe off
-(MEMORYHUB_EMBEDDING_WINDOW_PROBE), and the setting is the window.
+Each probe request is tried once, without the provider's retries, so a provider that is down or hangs
+costs the first indexing at most one request timeout. Until a measurement exists (the provider was down
+at the first indexing; the process tries again after PROBE_RETRY_SECONDS) chunks and query windows use
+UNMEASURED_WINDOW, a size every model the service knows reads whole. MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
+set explicitly turns the probe off (MEMORYHUB_EMBEDDING_WINDOW_PROBE), and the setting is the window.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import random
@@ -129,7 +131,7 @@ def window_measure(provider) -> int | None:
         return None
     limit = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
     try:
-        read, cut = probe(provider, limit=limit)
+        read, cut = probe(_one_attempt(provider), limit=limit)
     except (ProviderError, ProbeFailed) as exc:
         logger.warning("could not measure the window of %s (%s); chunks hold %d tokens meanwhile", key[0], exc, UNMEASURED_WINDOW)
         with _cache_lock:
@@ -143,6 +145,20 @@ def window_measure(provider) -> int | None:
     logger.info("measured the window of %s: %d tokens read whole, chunks of at most %d", key[0], row.read_tokens, row.tokens)
     _remember(key, row.tokens)
     return row.tokens
+
+
+def _one_attempt(provider):
+    """``provider`` trying each request once: the probe runs before the file is chunked, so a provider
+    that hangs or fails may cost the indexing one request timeout (MEMORYHUB_EMBEDDING_TIMEOUT), not the
+    provider's retries (MEMORYHUB_EMBEDDING_MAX_RETRIES, up to about 6 minutes with the defaults); the
+    next job after PROBE_RETRY_SECONDS tries again."""
+    from indexing.embeddings import RetryPolicy
+
+    if getattr(provider, "retry", None) is None:
+        return provider
+    once = copy.copy(provider)
+    once.retry = RetryPolicy(max_retries=0)
+    return once
 
 
 def probe(provider, *, limit: int) -> tuple[int, bool]:

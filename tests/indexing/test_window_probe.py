@@ -175,6 +175,23 @@ def test_a_hanging_provider_costs_the_first_indexing_one_timeout_and_the_file_st
         server.release()
 
 
+def test_the_probe_tries_each_request_once_whatever_the_providers_retries(db, probed, word_server):
+    """A failing provider costs the probe (which runs before the file is chunked) one request, not the
+    MEMORYHUB_EMBEDDING_MAX_RETRIES retries the embedding step would make; the provider keeps its policy."""
+    server = word_server(words=120)
+    server.behaviour = "503"
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    provider = OpenAIProvider(
+        EmbeddingIdentity("openai", "my-embedder", 16), api_key="unused", base_url=server.base_url,
+        retry=RetryPolicy(max_retries=3, base_delay=0.01, max_delay=0.01),
+    )
+    assert window_measure(provider) is None
+    assert server.requests == 1 and not EmbeddingWindow.objects.exists()
+    assert provider.retry.max_retries == 3
+    server.behaviour, server.script = "ok", ["503"]  # a blip: the provider's own requests still retry it
+    assert len(provider.embed_documents(["a text"])) == 1 and server.requests == 3
+
+
 def test_a_model_known_by_name_or_a_window_set_explicitly_is_not_probed(db, probed, word_server):
     server = word_server(words=50)
     probed.OPENAI_BASE_URL = server.base_url
