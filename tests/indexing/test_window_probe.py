@@ -192,6 +192,40 @@ def test_the_probe_tries_each_request_once_whatever_the_providers_retries(db, pr
     assert len(provider.embed_documents(["a text"])) == 1 and server.requests == 3
 
 
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_probing_at_once_keep_one_measurement(probed, word_server):
+    """Two processes indexing their first file at the same moment both measure (each sends its requests),
+    and both then use the one row stored first."""
+    import time
+
+    from django.db import connection
+
+    server = word_server(words=120)
+    server.behaviour = "hang"  # hold both probes' first requests until both are in flight
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    windows = []
+
+    def worker():
+        try:
+            windows.append(window_measure(_provider(server)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while server.hanging < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.hanging == 2
+    server.release()
+    for thread in threads:
+        thread.join(timeout=60)
+    row = EmbeddingWindow.objects.get()
+    assert windows == [row.tokens, row.tokens] and _words(row.read_tokens) <= 120
+    assert server.requests == 4  # two each: the duplicate work the row's unique key makes harmless
+
+
 def test_a_model_known_by_name_or_a_window_set_explicitly_is_not_probed(db, probed, word_server):
     server = word_server(words=50)
     probed.OPENAI_BASE_URL = server.base_url
