@@ -57,8 +57,9 @@ class Candidate:
     rerank_score: float | None = None
     diversity_penalty: float | None = None  # what ``diversified`` took off the score (long queries)
     date_match: bool | None = None  # a question naming a date: whether this chunk's file was written then
-    # Whether the chunks around it in its file score at least as well as itself on average (None: no
-    # neighbour among the candidates); such a hit sits inside a stretch of matching text.
+    # Whether the hit sits inside a stretch of matching text: the chunks around it in its file score at
+    # least as well as itself on average (neighbour_credit), or it is one of a long run of touching chunks
+    # among the best (stretch_runs). None: no neighbour among the candidates.
     in_stretch: bool | None = None
 
     def explain(self) -> dict:
@@ -257,6 +258,43 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
     for candidate in ranked:
         candidate.score = lifted.get(candidate.chunk_id, candidate.score)
     return sorted(ranked, key=_rank_key)
+
+
+def stretch_runs(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], depth: int, length: int) -> None:
+    """Mark ``in_stretch`` every one of the ``depth`` best candidates that belongs to a run of at least
+    ``length`` chunks whose lines overlap or touch one another, one after another in one file (``spans``:
+    chunk → (file id, start line, end line)); 0 marks none.
+
+    ``neighbour_credit`` marks a hit whose two neighbours score as well as itself, which the best hit of a
+    stretch never does (it is the best by scoring above them). A topic that runs over six chunks among an
+    answer's twelve best is a stretch whichever of them scores best: a meeting's discussion of one subject,
+    not a question and its reply (two or three chunks). Measured in docs/search.md."""
+    if length <= 0:
+        return
+    top = ranked[:depth]
+    if len(top) < length:
+        return
+    by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
+    for candidate in top:
+        file_id, start, end = spans[candidate.chunk_id]
+        by_file.setdefault(file_id, []).append((start, end, candidate))
+    for chunks in by_file.values():
+        chunks.sort(key=lambda chunk: (chunk[0], chunk[1]))
+        run: list[Candidate] = []
+        reach = None  # the last line the run so far covers
+        for start, end, candidate in chunks:
+            if reach is not None and start > reach + 1:
+                _mark_run(run, length)
+                run, reach = [], None
+            run.append(candidate)
+            reach = end if reach is None else max(reach, end)
+        _mark_run(run, length)
+
+
+def _mark_run(run: list[Candidate], length: int) -> None:
+    if len(run) >= length:
+        for candidate in run:
+            candidate.in_stretch = True
 
 
 def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:

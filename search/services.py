@@ -38,7 +38,7 @@ from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
-from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred
+from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
@@ -538,6 +538,7 @@ def _results(
         candidates = _diversified(agent_id=agent_id, candidates=candidates, weight=diversity, deadline=deadline)
     if rerank_enabled() and query:
         candidates = _reranked(agent_id=agent_id, query=query, candidates=candidates, deadline=deadline, notes=notes)
+    stretch_runs(candidates, spans=spans, depth=2 * max_results, length=settings.MEMORYHUB_SEARCH_STRETCH_RUN)
     candidates = overlaps_deferred(candidates, span=lambda c: spans[c.chunk_id])
 
     files: dict[int, _ShownFile] = {}
@@ -548,8 +549,8 @@ def _results(
     results: list[SearchResult] = []
     budget = settings.MEMORYHUB_SEARCH_SNIPPET_CHARS
     # The answer's snippets hold at most max_results x budget characters in all. A hit inside a stretch of
-    # matching chunks (fusion.neighbour_credit's in_stretch) may take up to MEMORYHUB_SEARCH_SNIPPET_STRETCH
-    # x budget of it, and the answer then ends with fewer results.
+    # matching chunks (fusion's in_stretch: neighbour_credit, stretch_runs) may take up to
+    # MEMORYHUB_SEARCH_SNIPPET_STRETCH x budget of it, and the answer then ends with fewer results.
     room = max_results * budget
     wide = int(budget * settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH)
     batch = max_results  # chunks: the usual case needs no more; skipped hits pull in the next batch

@@ -2,7 +2,7 @@
 
 import pytest
 
-from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, similarity
+from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, similarity, stretch_runs
 from search.keyword import KeywordHit
 
 
@@ -169,6 +169,27 @@ def test_a_chunk_whose_neighbours_score_as_well_as_itself_is_in_a_stretch():
         5: None,
     }
     assert ranked[0].explain()["in_stretch"] is False and "in_stretch" not in next(c for c in ranked if c.chunk_id == 4).explain()
+
+
+def test_a_long_run_of_touching_chunks_among_the_best_is_a_stretch_whichever_scores_best():
+    # File 1: chunks 1-4 run on (overlapping or touching lines), chunk 5 stands apart, chunks 6-7 touch;
+    # file 2: chunk 8 continues file 1's line numbers but is another file.
+    spans = {
+        1: (1, 1, 10), 2: (1, 9, 20), 3: (1, 21, 30), 4: (1, 28, 40), 5: (1, 60, 70), 6: (1, 90, 99),
+        7: (1, 100, 110), 8: (2, 41, 50),
+    }
+    order = [3, 8, 1, 6, 2, 7, 5, 4]  # best first
+    ranked = [Candidate(i, 1 - n / 10) for n, i in enumerate(order)]
+    ranked[0].in_stretch = False  # the peak of its run: neighbour_credit did not mark it
+    stretch_runs(ranked, spans=spans, depth=8, length=4)
+    assert {c.chunk_id for c in ranked if c.in_stretch} == {1, 2, 3, 4}  # 6-7: a run of two; 8: another file
+    assert ranked[0].explain()["in_stretch"] is True
+
+    ranked = [Candidate(i, 1 - n / 10) for n, i in enumerate(order)]
+    stretch_runs(ranked, spans=spans, depth=7, length=4)  # chunk 4, eighth, is past the depth: a run of three
+    assert not any(c.in_stretch for c in ranked)
+    stretch_runs(ranked, spans=spans, depth=8, length=0)  # off
+    assert not any(c.in_stretch for c in ranked)
 
 
 def test_diversified_takes_the_best_then_the_one_least_like_those_taken():

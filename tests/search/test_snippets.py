@@ -283,3 +283,28 @@ def test_a_hit_inside_a_stretch_gets_a_wider_snippet_within_the_answers_room(ali
     settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH = 10  # one stretch hit could fill the answer: the room still holds
     widest = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
     assert sum(len(r.snippet) for r in widest) <= 4 * 200 and len(widest) < 4
+
+
+def test_the_best_hit_of_a_long_run_of_matching_chunks_gets_a_wider_snippet(alice, index_files, small_chunks, settings):
+    """A topic told over many chunks: its best chunk scores above its neighbours, so neighbour_credit does
+    not mark it, but it is one of a run of at least MEMORYHUB_SEARCH_STRETCH_RUN touching chunks among the
+    answer's 2 x max_results best (fusion.stretch_runs), and gets the wider snippet too."""
+    settings.MEMORYHUB_SEARCH_SNIPPET_CHARS = 200
+    content = stretch_file()
+    index_files(alice, {"memory/garden.md": content})
+    query = "garden irrigation watering schedule"
+
+    settings.MEMORYHUB_SEARCH_STRETCH_RUN = 0
+    before = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
+    assert before[0].explain["in_stretch"] is False and len(before[0].snippet) <= 200  # a peak of its stretch
+    settings.MEMORYHUB_SEARCH_STRETCH_RUN = 50  # a run longer than the 8 best candidates: the same answer
+    assert [(r.start_line, r.snippet) for r in memory_search(agent=alice.agent, query=query, max_results=4).results] == [
+        (r.start_line, r.snippet) for r in before
+    ]
+
+    settings.MEMORYHUB_SEARCH_STRETCH_RUN = 3
+    after = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
+    assert after[0].explain["in_stretch"] is True and 200 < len(after[0].snippet) <= 400
+    assert sum(len(r.snippet) for r in after) <= 4 * 200
+    for r in after:
+        assert_shows_exact_lines({"snippet": r.snippet, "start_line": r.start_line, "end_line": r.end_line}, content)
