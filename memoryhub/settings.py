@@ -469,10 +469,10 @@ MEMORYHUB_SEARCH_SNIPPET_CHARS = env_int("MEMORYHUB_SEARCH_SNIPPET_CHARS", 700, 
 # SNIPPET_CHARS; an answer's snippets hold at most max_results x SNIPPET_CHARS in all, so it then ends with
 # fewer results. 1 = every snippet SNIPPET_CHARS. Measured in docs/search.md.
 MEMORYHUB_SEARCH_SNIPPET_STRETCH = env_float("MEMORYHUB_SEARCH_SNIPPET_STRETCH", 2.0, minimum=1, maximum=10)
-# A hit that is one of at least this many chunks touching one another in one file, among the answer's
+# The best of a run of at least this many chunks touching one another in one file, among the answer's
 # 2 x max_results best candidates, is inside a stretch too (a topic discussed at length: fusion.stretch_runs).
 # 0 = off. Measured with 220-token chunks (all-MiniLM-L6-v2's window) in docs/search.md.
-MEMORYHUB_SEARCH_STRETCH_RUN = env_int("MEMORYHUB_SEARCH_STRETCH_RUN", 6, minimum=0, maximum=1000)
+MEMORYHUB_SEARCH_STRETCH_RUN = env_int("MEMORYHUB_SEARCH_STRETCH_RUN", 5, minimum=0, maximum=1000)
 # Files up to this size (bytes) are read whole for snippets, so a snippet can extend past its chunk into
 # neighbouring lines; a larger file shows its chunks' own text, so its searches cost what a small file's do.
 MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES = env_int("MEMORYHUB_SEARCH_SNIPPET_FILE_MAX_BYTES", 262_144, minimum=0)

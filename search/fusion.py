@@ -261,40 +261,39 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
 
 
 def stretch_runs(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], depth: int, length: int) -> None:
-    """Mark ``in_stretch`` every one of the ``depth`` best candidates that belongs to a run of at least
-    ``length`` chunks whose lines overlap or touch one another, one after another in one file (``spans``:
+    """Mark ``in_stretch`` the best chunk of every run of at least ``length`` chunks among the ``depth``
+    best candidates whose lines overlap or touch one another, one after another in one file (``spans``:
     chunk → (file id, start line, end line)); 0 marks none.
 
-    ``neighbour_credit`` marks a hit whose two neighbours score as well as itself, which the best hit of a
-    stretch never does (it is the best by scoring above them). A topic that runs over six chunks among an
-    answer's twelve best is a stretch whichever of them scores best: a meeting's discussion of one subject,
-    not a question and its reply (two or three chunks). Measured in docs/search.md."""
-    if length <= 0:
+    ``neighbour_credit`` marks a hit whose two neighbours score as well as itself, which the best chunk of a
+    stretch never does (it is the best by scoring above them), so the snippet at the centre of a topic
+    discussed at length stayed narrow. A run of five chunks among an answer's ten or twelve best is such a
+    topic (a meeting's discussion of one subject), not a question and its reply (two or three chunks). Only
+    its best chunk is marked: the others are its neighbours, and a wide snippet for each took the room of
+    the later results that held other evidence. Measured in docs/search.md."""
+    if length <= 0 or len(ranked) < length:
         return
-    top = ranked[:depth]
-    if len(top) < length:
-        return
-    by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
-    for candidate in top:
+    by_file: dict[int, list[tuple[int, int, int]]] = {}  # file → (start, end, position in ``ranked``)
+    for position, candidate in enumerate(ranked[:depth]):
         file_id, start, end = spans[candidate.chunk_id]
-        by_file.setdefault(file_id, []).append((start, end, candidate))
+        by_file.setdefault(file_id, []).append((start, end, position))
     for chunks in by_file.values():
-        chunks.sort(key=lambda chunk: (chunk[0], chunk[1]))
-        run: list[Candidate] = []
-        reach = None  # the last line the run so far covers
-        for start, end, candidate in chunks:
-            if reach is not None and start > reach + 1:
-                _mark_run(run, length)
-                run, reach = [], None
-            run.append(candidate)
-            reach = end if reach is None else max(reach, end)
-        _mark_run(run, length)
+        chunks.sort()
+        run: list[int] = []
+        reach = 0  # the last line the run so far covers
+        for start, end, position in chunks:
+            if run and start > reach + 1:
+                _mark_best(ranked, run, length)
+                run = []
+            reach = max(reach, end) if run else end
+            run.append(position)
+        _mark_best(ranked, run, length)
 
 
-def _mark_run(run: list[Candidate], length: int) -> None:
+def _mark_best(ranked: list[Candidate], run: list[int], length: int) -> None:
+    """The run's best candidate (the first of it in ``ranked``) is in a stretch, if the run is long enough."""
     if len(run) >= length:
-        for candidate in run:
-            candidate.in_stretch = True
+        ranked[min(run)].in_stretch = True
 
 
 def overlaps_deferred(ranked: list, *, span, second_snippet: float | None = None) -> Iterator:

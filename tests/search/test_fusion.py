@@ -171,25 +171,30 @@ def test_a_chunk_whose_neighbours_score_as_well_as_itself_is_in_a_stretch():
     assert ranked[0].explain()["in_stretch"] is False and "in_stretch" not in next(c for c in ranked if c.chunk_id == 4).explain()
 
 
-def test_a_long_run_of_touching_chunks_among_the_best_is_a_stretch_whichever_scores_best():
+def test_the_best_chunk_of_a_long_run_of_touching_chunks_among_the_best_is_in_a_stretch():
     # File 1: chunks 1-4 run on (overlapping or touching lines), chunk 5 stands apart, chunks 6-7 touch;
     # file 2: chunk 8 continues file 1's line numbers but is another file.
     spans = {
         1: (1, 1, 10), 2: (1, 9, 20), 3: (1, 21, 30), 4: (1, 28, 40), 5: (1, 60, 70), 6: (1, 90, 99),
         7: (1, 100, 110), 8: (2, 41, 50),
     }
-    order = [3, 8, 1, 6, 2, 7, 5, 4]  # best first
-    ranked = [Candidate(i, 1 - n / 10) for n, i in enumerate(order)]
-    ranked[0].in_stretch = False  # the peak of its run: neighbour_credit did not mark it
-    stretch_runs(ranked, spans=spans, depth=8, length=4)
-    assert {c.chunk_id for c in ranked if c.in_stretch} == {1, 2, 3, 4}  # 6-7: a run of two; 8: another file
-    assert ranked[0].explain()["in_stretch"] is True
+    order = [8, 2, 3, 6, 1, 7, 5, 4]  # best first
 
-    ranked = [Candidate(i, 1 - n / 10) for n, i in enumerate(order)]
-    stretch_runs(ranked, spans=spans, depth=7, length=4)  # chunk 4, eighth, is past the depth: a run of three
-    assert not any(c.in_stretch for c in ranked)
-    stretch_runs(ranked, spans=spans, depth=8, length=0)  # off
-    assert not any(c.in_stretch for c in ranked)
+    def ranked():
+        candidates = [Candidate(i, 1 - n / 10) for n, i in enumerate(order)]
+        candidates[2].in_stretch = False  # chunk 3: neighbour_credit's marks of the others are left as they are
+        return candidates
+
+    marked = ranked()
+    stretch_runs(marked, spans=spans, depth=8, length=4)
+    # 1-4: a run of four whose best is chunk 2; 6-7: a run of two; 8: another file.
+    assert {c.chunk_id: c.in_stretch for c in marked} == {8: None, 2: True, 3: False, 6: None, 1: None, 7: None, 5: None, 4: None}
+    assert marked[1].explain()["in_stretch"] is True
+
+    for depth, length in ((7, 4), (8, 0), (8, 5)):  # chunk 4, eighth, past the depth; off; a run too short
+        marked = ranked()
+        stretch_runs(marked, spans=spans, depth=depth, length=length)
+        assert not any(c.in_stretch for c in marked)
 
 
 def test_diversified_takes_the_best_then_the_one_least_like_those_taken():

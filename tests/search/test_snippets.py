@@ -287,8 +287,8 @@ def test_a_hit_inside_a_stretch_gets_a_wider_snippet_within_the_answers_room(ali
 
 def test_the_best_hit_of_a_long_run_of_matching_chunks_gets_a_wider_snippet(alice, index_files, small_chunks, settings):
     """A topic told over many chunks: its best chunk scores above its neighbours, so neighbour_credit does
-    not mark it, but it is one of a run of at least MEMORYHUB_SEARCH_STRETCH_RUN touching chunks among the
-    answer's 2 x max_results best (fusion.stretch_runs), and gets the wider snippet too."""
+    not mark it, but it is the best of a run of at least MEMORYHUB_SEARCH_STRETCH_RUN touching chunks among
+    the answer's 2 x max_results best (fusion.stretch_runs), and gets the wider snippet too."""
     settings.MEMORYHUB_SEARCH_SNIPPET_CHARS = 200
     content = stretch_file()
     index_files(alice, {"memory/garden.md": content})
