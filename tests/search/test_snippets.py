@@ -257,14 +257,20 @@ def stretch_file() -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_a_hit_inside_a_stretch_gets_a_wider_snippet_within_the_answers_room(alice, index_files, small_chunks, settings):
-    """A hit whose neighbouring chunks score as well as itself (fusion.neighbour_credit's in_stretch) may take
-    up to MEMORYHUB_SEARCH_SNIPPET_STRETCH x the snippet budget; the answer's snippets never hold more than
-    max_results x the budget in all."""
+@pytest.fixture
+def garden_stretch(alice, index_files, small_chunks, settings):
+    """stretch_file() indexed for alice, snippets of 200 characters: (its content, a question about its topic)."""
     settings.MEMORYHUB_SEARCH_SNIPPET_CHARS = 200
     content = stretch_file()
     index_files(alice, {"memory/garden.md": content})
-    query = "garden irrigation watering schedule"
+    return content, "garden irrigation watering schedule"
+
+
+def test_a_hit_inside_a_stretch_gets_a_wider_snippet_within_the_answers_room(alice, garden_stretch, settings):
+    """A hit whose neighbouring chunks score as well as itself (fusion.neighbour_credit's in_stretch) may take
+    up to MEMORYHUB_SEARCH_SNIPPET_STRETCH x the snippet budget; the answer's snippets never hold more than
+    max_results x the budget in all."""
+    content, query = garden_stretch
 
     settings.MEMORYHUB_SEARCH_SNIPPET_STRETCH = 1
     narrow = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
@@ -285,14 +291,11 @@ def test_a_hit_inside_a_stretch_gets_a_wider_snippet_within_the_answers_room(ali
     assert sum(len(r.snippet) for r in widest) <= 4 * 200 and len(widest) < 4
 
 
-def test_the_best_hit_of_a_long_run_of_matching_chunks_gets_a_wider_snippet(alice, index_files, small_chunks, settings):
+def test_the_best_hit_of_a_long_run_of_matching_chunks_gets_a_wider_snippet(alice, garden_stretch, settings):
     """A topic told over many chunks: its best chunk scores above its neighbours, so neighbour_credit does
     not mark it, but it is the best of a run of at least MEMORYHUB_SEARCH_STRETCH_RUN touching chunks among
     the answer's 2 x max_results best (fusion.stretch_runs), and gets the wider snippet too."""
-    settings.MEMORYHUB_SEARCH_SNIPPET_CHARS = 200
-    content = stretch_file()
-    index_files(alice, {"memory/garden.md": content})
-    query = "garden irrigation watering schedule"
+    content, query = garden_stretch
 
     settings.MEMORYHUB_SEARCH_STRETCH_RUN = 0
     before = memory_search(agent=alice.agent, query=query, max_results=4, explain=True).results
