@@ -58,8 +58,8 @@ class Candidate:
     diversity_penalty: float | None = None  # what ``diversified`` took off the score (long queries)
     date_match: bool | None = None  # a question naming a date: whether this chunk's file was written then
     # Whether the hit sits inside a stretch of matching text: the chunks around it in its file score at
-    # least as well as itself on average (neighbour_credit), or it is one of a long run of touching chunks
-    # among the best (stretch_runs). None: no neighbour among the candidates.
+    # least as well as itself on average (neighbour_credit), or it is the best of a long run of touching
+    # chunks among the best (stretch_runs). None: no neighbour among the candidates.
     in_stretch: bool | None = None
 
     def explain(self) -> dict:
@@ -226,28 +226,24 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
     least its own score: the snippets give such a hit more room (search/services.py)."""
     if not ranked:
         return ranked
-    by_file: dict[int, list[tuple[int, int, Candidate]]] = {}
-    for candidate in ranked:
-        file_id, start, end = spans[candidate.chunk_id]
-        by_file.setdefault(file_id, []).append((start, end, candidate))
     lifted: dict[int, float] = {}
-    for chunks in by_file.values():
+    for chunks in _in_line_order(ranked, spans):
         if len(chunks) < 2:
             continue
-        chunks.sort(key=lambda chunk: (chunk[0], chunk[1]))
-        for i, (start, end, candidate) in enumerate(chunks):
+        for i, (start, end, position) in enumerate(chunks):
+            candidate = ranked[position]
             # The chunker's windows of a file start one after another: the neighbours are the nearest
             # candidates starting before and after this one, when their lines overlap or touch its own.
             j = i - 1
             while j >= 0 and chunks[j][0] == start:
                 j -= 1
             has_before = j >= 0 and start - 1 <= chunks[j][1] < end
-            before = chunks[j][2].score if has_before else 0.0
+            before = ranked[chunks[j][2]].score if has_before else 0.0
             k = i + 1
             while k < len(chunks) and chunks[k][0] == start:
                 k += 1
             has_after = k < len(chunks) and chunks[k][0] <= end + 1 and chunks[k][1] > end
-            after = chunks[k][2].score if has_after else 0.0
+            after = ranked[chunks[k][2]].score if has_after else 0.0
             if has_before or has_after:
                 candidate.in_stretch = (before + after) / 2 >= candidate.score
             score = (candidate.score + weight * (before + after) / 2) / (1 + weight)
@@ -258,6 +254,16 @@ def neighbour_credit(ranked: list[Candidate], *, spans: dict[int, tuple[int, int
     for candidate in ranked:
         candidate.score = lifted.get(candidate.chunk_id, candidate.score)
     return sorted(ranked, key=_rank_key)
+
+
+def _in_line_order(ranked: list[Candidate], spans: dict[int, tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """The candidates of each file as (start line, end line, position in ``ranked``), in the order of their
+    lines (candidates starting and ending on the same lines: in ``ranked``'s order)."""
+    by_file: dict[int, list[tuple[int, int, int]]] = {}
+    for position, candidate in enumerate(ranked):
+        file_id, start, end = spans[candidate.chunk_id]
+        by_file.setdefault(file_id, []).append((start, end, position))
+    return [sorted(chunks) for chunks in by_file.values()]
 
 
 def stretch_runs(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, int]], depth: int, length: int) -> None:
@@ -273,12 +279,7 @@ def stretch_runs(ranked: list[Candidate], *, spans: dict[int, tuple[int, int, in
     the later results that held other evidence. Measured in docs/search.md."""
     if length <= 0 or len(ranked) < length:
         return
-    by_file: dict[int, list[tuple[int, int, int]]] = {}  # file → (start, end, position in ``ranked``)
-    for position, candidate in enumerate(ranked[:depth]):
-        file_id, start, end = spans[candidate.chunk_id]
-        by_file.setdefault(file_id, []).append((start, end, position))
-    for chunks in by_file.values():
-        chunks.sort()
+    for chunks in _in_line_order(ranked[:depth], spans):
         run: list[int] = []
         reach = 0  # the last line the run so far covers
         for start, end, position in chunks:
