@@ -2,7 +2,8 @@
 observations_check.py: LoCoMo-shaped observations as dated notes, stretches of dialogue as queries;
 daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries;
 single_file_check.py: a conversation's sessions joined into one file, its turns' lines moved with them;
-candidate_stages.py: the speaker and centring stages' arithmetic."""
+candidate_stages.py: the speaker and centring stages' arithmetic;
+line_meaning.py: the lines of a snippet scored by meaning beside their query words."""
 
 import math
 
@@ -11,6 +12,7 @@ import pytest
 from benchmarks.experiments.candidate_stages import centred, named_speakers, speaker_of, speaker_share
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
+from benchmarks.experiments.line_meaning import meaning_scores
 from benchmarks.experiments.observations_check import observations_load
 from benchmarks.experiments.single_file_check import PATH, single_file_load
 from benchmarks.locomo import conversation_load
@@ -138,3 +140,28 @@ def test_a_conversation_in_one_file_keeps_every_turn_on_its_line():
     first, second = sorted(sessions.files)
     assert joined.files[PATH] == sessions.files[first] + "\n" + sessions.files[second]  # a blank line between
     assert joined.questions == sessions.questions
+
+
+class UnitVectors:
+    """A provider whose vector of a line is given by the test, counting what it embeds."""
+
+    def __init__(self, vectors: dict[str, list[float]]):
+        self.vectors, self.embedded = vectors, []
+
+    def embed_documents(self, texts):
+        self.embedded.extend(texts)
+        return [self.vectors[t] for t in texts]
+
+
+def test_the_lines_meaning_the_query_most_gain_up_to_w_of_every_query_word_and_others_nothing():
+    provider = UnitVectors({"best": [1.0, 0.0], "near": [0.98, 0.199], "far": [0.0, 1.0], " ": [0.0, 1.0]})
+    scores = meaning_scores(
+        lines=["far", "best", "", "near"], keyword_scores=[2.0, 0.0, 0.0, 0.0], query_vector=[1.0, 0.0],
+        idf_total=4.0, weight=0.5, margin=0.05, provider=provider,
+    )
+    assert scores[0] == 2.0 and scores[2] == 0.0  # far from the query, and an empty line: keyword score only
+    assert scores[1] == pytest.approx(2.0)  # the best line: 0.5 x 4
+    assert scores[3] == pytest.approx(2.0 * (0.98 - 1.0 + 0.05) / 0.05)  # within the margin: in proportion
+    meaning_scores(lines=["best", "far"], keyword_scores=[0, 0], query_vector=[1.0, 0.0], idf_total=1.0,
+                   weight=1.0, margin=0.05, provider=provider)
+    assert sorted(provider.embedded) == [" ", "best", "far", "near"]  # each distinct line embedded once
