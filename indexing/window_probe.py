@@ -24,7 +24,8 @@ vocabularies, in short speaker lines: its length in cl100k tokens is the model's
 table's figure; tests/indexing/test_window_probe.py).
 
 **When.** A worker measures before it chunks, the first time it indexes with such a model, and stores
-the result (EmbeddingWindow, one row per identity and endpoint; the admin lists it for superusers).
+the result (EmbeddingWindow, one row per identity and endpoint; the admin lists it for superusers, and
+deleting the row measures again: processes read it again within FOUND_RECHECK_SECONDS).
 Each probe request is tried once, without the provider's retries, so a provider that is down or hangs
 costs the first indexing at most one request timeout. Until a measurement exists (the provider was down
 at the first indexing; the process tries again after PROBE_RETRY_SECONDS) chunks and query windows use
@@ -65,6 +66,9 @@ GROUP_TOKENS = 8192
 SAME = 1 - 1e-5
 # A measurement missing from the database is looked for again after this many seconds.
 MISSING_RECHECK_SECONDS = 30.0
+# A measurement found is read again after this many seconds: a row an operator deleted (to measure a
+# model that changed behind the same name) or replaced takes effect without restarting the processes.
+FOUND_RECHECK_SECONDS = 300.0
 # After a probe failed (the provider down, or slow past its timeout), this process's jobs index without
 # one for this many seconds (with UNMEASURED_WINDOW) instead of each waiting for the provider again.
 PROBE_RETRY_SECONDS = 300.0
@@ -269,15 +273,16 @@ def _key() -> tuple[str, str]:
 
 
 def _measured(key: tuple[str, str]) -> int | None:
-    """The stored measurement for ``key``; found ones are kept for the process's life, a missing one is
-    looked for again after MISSING_RECHECK_SECONDS."""
+    """The stored measurement for ``key``, read again after FOUND_RECHECK_SECONDS (a missing one after
+    MISSING_RECHECK_SECONDS)."""
     from indexing.models import EmbeddingWindow
 
-    now = time.monotonic()
     with _cache_lock:
         cached = _cache.get(key)
-    if cached is not None and (cached[0] is not None or now - cached[1] < MISSING_RECHECK_SECONDS):
-        return cached[0]
+    if cached is not None:
+        tokens, read_at = cached
+        if time.monotonic() - read_at < (MISSING_RECHECK_SECONDS if tokens is None else FOUND_RECHECK_SECONDS):
+            return tokens
     tokens = EmbeddingWindow.objects.filter(identity=key[0], endpoint=key[1]).values_list("tokens", flat=True).first()
     _remember(key, tokens)
     return tokens

@@ -152,6 +152,38 @@ def test_a_provider_down_at_the_first_indexing_leaves_safe_chunks_and_is_measure
     assert (embedding["window"], embedding["window_source"]) == (row.tokens, "measured")
 
 
+def test_a_deleted_measurement_is_measured_again_without_a_restart(alice, probed, indexed, word_server, monkeypatch):
+    """The operator deletes the row (the server behind the name now reads less): every process reads the
+    table again within FOUND_RECHECK_SECONDS, the next indexing measures again, and a re-index cuts the
+    file's chunks to the new window."""
+    import time
+    from types import SimpleNamespace
+
+    from indexing import window_probe
+    from indexing.maintenance import file_reindex
+
+    server = word_server(words=120)
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="memory/chat.md", content=TRANSCRIPT)
+    first = EmbeddingWindow.objects.get().tokens
+    assert model_window() == first
+
+    server.words = 60
+    EmbeddingWindow.objects.all().delete()
+    assert window_probe.model_window_source() == (first, "measured")  # this process read it a moment ago
+    later = time.monotonic() + window_probe.FOUND_RECHECK_SECONDS + 1
+    monkeypatch.setattr(window_probe, "time", SimpleNamespace(monotonic=lambda: later))
+    assert window_probe.model_window_source() == (UNMEASURED_WINDOW, "unmeasured")
+    with indexed():
+        file_reindex(agent=alice.agent)
+    second = EmbeddingWindow.objects.get()
+    assert second.tokens < first and _words(second.read_tokens) <= 60
+    assert model_window() == second.tokens
+    chunks = list(Chunk.objects.filter(agent_id=alice.agent.pk, file=memory_file))
+    assert chunks and max(count_tokens(c.text) for c in chunks) <= second.tokens < first
+
+
 def test_a_hanging_provider_costs_the_first_indexing_one_timeout_and_the_file_stays_searchable(alice, probed, indexed, word_server):
     """The probe waits no longer than a request may (MEMORYHUB_EMBEDDING_TIMEOUT, here 1 s, no retries); the
     file is chunked and keyword-searchable meanwhile, and the next job does not wait for the probe again."""
