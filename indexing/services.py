@@ -72,12 +72,12 @@ class FileIndexOutcome:
     error: str = ""
 
 
-def chunk_sizes(*, agent: Agent) -> tuple[int, int]:
+def chunk_sizes(*, agent: Agent, window: int | None = None) -> tuple[int, int]:
     """(max tokens, overlap) for this agent, never larger than the embedding model reads
     (MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS, or the model's measured window: indexing/window_probe.py): a
-    vector is only credited with lines its model saw."""
+    vector is only credited with lines its model saw. ``window``: model_window() as the caller read it."""
     tokens, overlap = _chunk_sizes_asked(agent=agent)
-    window = model_window()
+    window = model_window() if window is None else window
     if configured_identity().has_vectors and tokens > window:
         return window, min(overlap, window // 5)
     return tokens, overlap
@@ -283,15 +283,16 @@ def _files_chunked(*, files, outcomes, identity) -> tuple[list, dict[str, str]]:
         )
     work: list[tuple[MemoryFile, list[tuple[ChunkSpan, str]]]] = []
     indexed_texts: dict[str, str] = {}  # digest -> what is embedded and keyword-indexed (chunk_indexed_text)
+    window = model_window()  # read once: every file of the batch is cut to the same window
     for memory_file in files:
         outcome = outcomes[memory_file.pk]
         if memory_file.indexed_hash == memory_file.content_hash and memory_file.pk not in lacking_vectors:
             outcome.skipped = True
             continue
-        max_tokens, overlap = chunk_sizes(agent=memory_file.agent)
+        max_tokens, overlap = chunk_sizes(agent=memory_file.agent, window=window)
         title = file_title(memory_file=memory_file)
         # The title rides in front of every chunk: together they must fit in the model's window.
-        room = model_window() - count_tokens(title) - 1
+        room = window - count_tokens(title) - 1
         if title and max_tokens > room:
             max_tokens = max(32, room)
             overlap = min(overlap, max_tokens // 5)
