@@ -15,8 +15,7 @@ scored by its cosine similarity to the query's first window vector. Variant sett
   word (the hits found by meaning alone).
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/line_meaning.py \\
-        --data ../shared/data/locomo-dev.json --data ../shared/data/qmsum-dev.json --reuse s39 --part tune \\
-        --variant 'lm0.5:MEMORYHUB_SEARCH_EXP_LINE_MEANING=0.5'
+        --reuse s39 --part tune --variant 'lm0.5:MEMORYHUB_SEARCH_EXP_LINE_MEANING=0.5'
 
 Arguments after the script name are bench_variants' own.
 """
