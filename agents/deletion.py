@@ -11,7 +11,7 @@ the agent could never be deleted. So deletion is two steps:
 2. ``agent_purge`` (the task) asks the embedding provider to cancel the agent's batches still in flight
    (nobody will collect them), then deletes its rows in batches of MEMORYHUB_AGENT_DELETE_BATCH_ROWS, each in
    its own transaction: chunks first (on the agent's partition), then files, embedding batches, jobs,
-   and every other table that references the agent (found through Django's relations, so a new one is
+   the agent's embedding cache, and every other table that references the agent (found through Django's relations, so a new one is
    covered), and the agent's row last, once nothing references it.
 
 Each batch commits on its own, so a worker killed midway leaves fewer rows and a consistent state, and a
@@ -65,10 +65,11 @@ class BudgetSpent(Exception):
 def _relations():
     """(model, column) of every table that references an agent through a Django relation, in the order
     they are deleted: what references another of them first (files before jobs before nothing)."""
-    from indexing.models import Chunk, EmbeddingBatch, IndexJob, MemoryFile
+    from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
     from indexing.selectors import agent_cascades
 
-    first = [(EmbeddingBatch, "agent_id"), (IndexJob, "agent_id")]
+    # The agent's embedding cache (no foreign key: ``agent_scope`` is 0 for the shared cache).
+    first = [(EmbeddingBatch, "agent_id"), (IndexJob, "agent_id"), (EmbeddingCache, "agent_scope")]
     handled = {Chunk, MemoryFile, *(model for model, _ in first)}
     rest = [(rel.related_model, rel.field.attname) for rel in agent_cascades() if rel.related_model not in handled]
     return first + sorted(rest, key=lambda pair: (pair[0]._meta.db_table, pair[1]))

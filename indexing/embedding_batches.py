@@ -11,7 +11,7 @@ new embeddings does not call the provider synchronously:
    batch id on the row. Then one transaction sets the row ``in_flight``, the files back to ``pending``
    (their chunks are written: keyword search finds them) and the job to ``waiting``.
 2. ``embedding_batches_collect`` (beat, every MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL seconds)
-   polls each batch in flight. A finished batch's vectors go into the shared EmbeddingCache, and once
+   polls each batch in flight. A finished batch's vectors go into the agent's EmbeddingCache, and once
    every batch of the job is finished the job is queued again: its rerun finds every vector in the
    cache (each chunk embedded once, no provider call) and settles the files. A failed, cancelled or
    expired batch is recorded with the provider's reason; the rerun embeds whatever the batch did not
@@ -41,6 +41,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from indexing.embedding_cache import cache_row
 from indexing.embeddings import EmbeddingProvider, ProviderError, ProviderPermanentError, ProviderTransientError, Vector
 from indexing.models import EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 
@@ -424,12 +425,13 @@ def _batch_finish(*, batch: EmbeddingBatch, poll: BatchPoll, identity, now: date
     else:
         state, error = BatchState.DONE, ""
     with transaction.atomic():
+        # Locked, so that an agent's deletion (agents/deletion.py) deletes the batch before these rows go
+        # into the agent's cache, and finds nothing to store here, or after, and deletes them too.
+        if not EmbeddingBatch.objects.select_for_update().filter(pk=batch.pk).exists():
+            return  # deleted with its agent meanwhile
         if vectors:
             EmbeddingCache.objects.bulk_create(
-                [
-                    EmbeddingCache(provider=identity.provider, model=identity.model, dimensions=identity.dimensions, text_hash=k, embedding=v)
-                    for k, v in vectors.items()
-                ],
+                [cache_row(identity=identity, agent_id=batch.agent_id, digest=k, vector=v) for k, v in vectors.items()],
                 ignore_conflicts=True,  # a text another job embedded meanwhile keeps its one vector
             )
         EmbeddingBatch.objects.filter(pk=batch.pk).update(

@@ -1,8 +1,11 @@
-"""Embed texts through the shared cache: each distinct text is embedded once per index identity.
+"""Embed texts through the cache: each distinct text is embedded once per index identity and agent.
 
-The cache is keyed by (provider, model, dimensions, sha256 of the text) and shared by all agents; it
-stores no text. ``embed_texts`` looks every text up, embeds only the misses (each distinct text once,
-in batches), stores them and returns one vector per input, in input order.
+The cache is keyed by (provider, model, dimensions, whose cache, sha256 of the text); it stores no text.
+Each agent has a cache of its own (MEMORYHUB_EMBEDDING_CACHE_SCOPE=agent): a cache shared by agents
+answers "has any agent indexed this text?" to whoever uploads it and reads the job's ``cache_hits`` (or
+times it). ``shared`` keeps one cache for every agent. ``embed_texts`` looks every text up, embeds only
+the misses (each distinct text once, in batches), stores them and returns one vector per input, in input
+order.
 """
 
 from __future__ import annotations
@@ -35,10 +38,26 @@ class EmbedOutcome:
     rejected: dict[int, str] = field(default_factory=dict)  # input index → the provider's reason
 
 
-def cached_vectors(*, identity, digests: list[str]) -> dict[str, Vector]:
-    """The cached vectors of these text hashes under ``identity`` (no provider call; misses are absent)."""
+def cache_scope(agent_id: int) -> int:
+    """EmbeddingCache.agent_scope of an agent's vectors: its id, or 0 when the cache is shared."""
+    return agent_id if settings.MEMORYHUB_EMBEDDING_CACHE_SCOPE == "agent" else 0
+
+
+def cache_row(*, identity, agent_id: int, digest: str, vector: Vector) -> EmbeddingCache:
+    """A new cache row: ``vector`` of the text hashed ``digest``, in this agent's cache."""
+    return EmbeddingCache(
+        provider=identity.provider, model=identity.model, dimensions=identity.dimensions,
+        agent_scope=cache_scope(agent_id), text_hash=digest, embedding=vector,
+    )
+
+
+def cached_vectors(*, identity, agent_id: int, digests: list[str]) -> dict[str, Vector]:
+    """The vectors of these text hashes in this agent's cache under ``identity`` (no provider call;
+    misses are absent)."""
     found: dict[str, Vector] = {}
-    cache = EmbeddingCache.objects.filter(provider=identity.provider, model=identity.model, dimensions=identity.dimensions)
+    cache = EmbeddingCache.objects.filter(
+        provider=identity.provider, model=identity.model, dimensions=identity.dimensions, agent_scope=cache_scope(agent_id)
+    )
     for start in range(0, len(digests), _LOOKUP_BATCH):
         for digest, embedding in cache.filter(text_hash__in=digests[start : start + _LOOKUP_BATCH]).values_list(
             "text_hash", "embedding"
@@ -47,8 +66,8 @@ def cached_vectors(*, identity, digests: list[str]) -> dict[str, Vector]:
     return found
 
 
-def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: int | None = None) -> EmbedOutcome:
-    """Vectors for ``texts`` from the cache, embedding only distinct texts not cached yet.
+def embed_texts(*, provider: EmbeddingProvider, agent_id: int, texts: list[str], batch_size: int | None = None) -> EmbedOutcome:
+    """Vectors for ``texts`` (this agent's) from its cache, embedding only distinct texts not cached yet.
 
     Misses are sent in batches of ``batch_size`` (default MEMORYHUB_EMBEDDING_BATCH_SIZE; the provider may
     split further by tokens) and each batch is stored as soon as it returns, so work done before a
@@ -60,7 +79,7 @@ def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: in
     hashes = [text_hash(text) for text in texts]
     distinct = list(dict.fromkeys(hashes))
 
-    found = cached_vectors(identity=identity, digests=distinct)
+    found = cached_vectors(identity=identity, agent_id=agent_id, digests=distinct)
     first_text = {}
     for digest, text in zip(hashes, texts):
         first_text.setdefault(digest, text)
@@ -85,15 +104,7 @@ def embed_texts(*, provider: EmbeddingProvider, texts: list[str], batch_size: in
             if vector is None:
                 continue
             found[digest] = vector
-            new_rows.append(
-                EmbeddingCache(
-                    provider=identity.provider,
-                    model=identity.model,
-                    dimensions=identity.dimensions,
-                    text_hash=digest,
-                    embedding=vector,
-                )
-            )
+            new_rows.append(cache_row(identity=identity, agent_id=agent_id, digest=digest, vector=vector))
         # Two workers embedding the same new text race harmlessly: the second insert is ignored.
         EmbeddingCache.objects.bulk_create(new_rows, ignore_conflicts=True)
         embedded += len(new_rows)

@@ -191,28 +191,40 @@ class Chunk(models.Model):
 
 
 class EmbeddingCache(models.Model):
-    """text → vector for one embedding identity, shared by all agents (text is never stored here)."""
+    """text → vector for one embedding identity, in one agent's cache (text is never stored here).
+
+    Each agent has a cache of its own (MEMORYHUB_EMBEDDING_CACHE_SCOPE=agent, the default): a shared one
+    would tell an agent, through its job's cache hits or its time, whether another tenant's memory holds
+    a text it guesses. ``shared`` puts every agent's rows in one cache (``agent_scope`` 0)."""
 
     provider = models.CharField(max_length=32)
     model = models.CharField(max_length=200)
     dimensions = models.PositiveSmallIntegerField()
+    # The agent whose cache the row is in (its id; no foreign key: the agent's deletion removes its rows
+    # in batches, agents/deletion.py), or 0 for the shared cache.
+    agent_scope = models.BigIntegerField(default=0)
     text_hash = models.CharField(max_length=64)
     embedding = VectorField()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            # The cache lookup itself: (identity, sha256 of the text).
+            # The cache lookup itself: (identity, whose cache, sha256 of the text).
             models.UniqueConstraint(
-                fields=["provider", "model", "dimensions", "text_hash"], name="embeddingcache_identity_hash_uniq"
+                fields=["provider", "model", "dimensions", "agent_scope", "text_hash"],
+                name="embeddingcache_identity_scope_hash_uniq",
             ),
+        ]
+        indexes = [
+            # An agent's deletion finds its rows by this (agents/deletion.py).
+            models.Index(fields=["agent_scope"], name="embeddingcache_agent_scope_idx", condition=~models.Q(agent_scope=0)),
         ]
 
 
 class EmbeddingWindow(models.Model):
     """The input window measured for a model the service does not know by name (indexing/window_probe.py),
-    one row per identity and endpoint. Chunks and query windows are cut to it; delete the row (and restart
-    the workers and web processes) to measure again."""
+    one row per identity and endpoint. Chunks and query windows are cut to it; delete the row to measure
+    again (every process reads it again within window_probe.FOUND_RECHECK_SECONDS)."""
 
     identity = models.CharField(max_length=255, help_text="provider:model:dimensions")
     endpoint = models.CharField(max_length=500, blank=True, help_text="The provider's base URL, if set.")

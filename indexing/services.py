@@ -1,5 +1,5 @@
 """The worker side of indexing: run an IndexJob, chunk its files, reuse vectors by text hash (from this
-agent's chunks, then from the shared EmbeddingCache), embed only the rest and write each file's chunk set.
+agent's chunks, then from its EmbeddingCache), embed only the rest and write each file's chunk set.
 
 ``index_job_run`` → ``files_index`` (in batches) → ``index_job_settle``. The writes that create the
 jobs are indexing/writes.py; the re-queues of maintenance, indexing/maintenance.py; the lock order all
@@ -193,7 +193,7 @@ def files_index(
     chunked, whatever the embedding provider does (hangs included):
 
     1. claim → chunk → the vectors known without the provider (this agent's chunks with the same text,
-       then the shared EmbeddingCache) → write each file's chunk set with them, and commit. Keyword
+       then its EmbeddingCache) → write each file's chunk set with them, and commit. Keyword
        search finds the files from here on. A file that needs nothing from the provider is settled in
        this same transaction (one write); the others stay ``indexing`` with ``indexed_hash`` set: their
        chunks are in the index, their vectors are not yet ("keyword-only").
@@ -308,23 +308,33 @@ def _files_chunked(*, files, outcomes, identity) -> tuple[list, dict[str, str]]:
 
 
 def _known_vectors(*, work, identity) -> tuple[dict[str, object], int]:
-    """The vectors of these chunks known without the provider: this agent's chunks with the same text,
-    then the shared EmbeddingCache. Returns (vectors by text hash, how many were found)."""
+    """The vectors of these chunks known without the provider: the agent's chunks with the same text,
+    then the agent's EmbeddingCache. Returns (vectors by text hash, how many were found)."""
     from indexing.embedding_cache import cached_vectors
 
     if not work:
         return {}, 0
+    agent_id = _batch_agent(f for f, _ in work)
     wanted = {digest for _, spans in work for _, digest in spans}
     vectors: dict[str, object] = dict(
-        Chunk.objects.filter(agent_id__in={f.agent_id for f, _ in work}, text_hash__in=wanted, embedding_identity=identity.key)
+        Chunk.objects.filter(agent_id=agent_id, text_hash__in=wanted, embedding_identity=identity.key)
         .exclude(embedding=None)
         .order_by("text_hash")
         .distinct("text_hash")
         .values_list("text_hash", "embedding")
     )
-    vectors.update(cached_vectors(identity=identity, digests=sorted(wanted - vectors.keys())))
+    vectors.update(cached_vectors(identity=identity, agent_id=agent_id, digests=sorted(wanted - vectors.keys())))
     metrics.embedding_cache_hits(kind="document", hits=len(vectors))  # embed_texts counts its own
     return vectors, len(vectors)
+
+
+def _batch_agent(files) -> int:
+    """The one agent whose files a batch indexes (a batch is one job's files): vectors are reused within
+    an agent's memory only, never from another agent's."""
+    agent_ids = {f.agent_id for f in files}
+    if len(agent_ids) != 1:
+        raise ValueError(f"an indexing batch holds one agent's files, not {len(agent_ids)} agents'")
+    return agent_ids.pop()
 
 
 def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity, job_id) -> Exception | None:
@@ -341,7 +351,7 @@ def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity,
     transient = None
     rejected: dict[str, str] = {}
     try:
-        result = embed_texts(provider=provider, texts=list(needed.values()))
+        result = embed_texts(provider=provider, agent_id=_batch_agent(f for f, _ in awaiting), texts=list(needed.values()))
     except ProviderError as exc:
         batch_error = f"embedding failed: {exc}"
         if isinstance(exc, ProviderTransientError):

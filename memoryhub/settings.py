@@ -392,6 +392,11 @@ CELERY_BEAT_SCHEDULE = {
 # Inputs per embedding request (OpenAI allows up to 2048) and tokens per request (OpenAI allows 300k).
 MEMORYHUB_EMBEDDING_BATCH_SIZE = env_int("MEMORYHUB_EMBEDDING_BATCH_SIZE", 256, minimum=1, maximum=2048)
 MEMORYHUB_EMBEDDING_BATCH_TOKENS = env_int("MEMORYHUB_EMBEDDING_BATCH_TOKENS", 100_000, minimum=1, maximum=300_000)
+# Whose embedding cache a vector goes into (and a query's vector, in the search's query cache): `agent`
+# (each agent its own: no agent learns, through its jobs' cache hits or a search's time, whether another
+# agent's memory holds a text or what another agent asked) or `shared` (one cache for every agent: a text
+# several agents hold is embedded once, and that is visible to each of them).
+MEMORYHUB_EMBEDDING_CACHE_SCOPE = env_choice("MEMORYHUB_EMBEDDING_CACHE_SCOPE", "agent", ["agent", "shared"])
 # The model's input window in cl100k tokens (8191 for OpenAI's models, 220 for local all-MiniLM-L6-v2):
 # chunks are never larger (MEMORYHUB_CHUNK_TOKENS is capped to it, so every line a vector is credited
 # with was read by the model), and longer inputs are cut to it before they are sent. Default: the

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from agents.models import Agent
+from indexing.embedding_cache import cache_scope
 from indexing.embedding_identity import EmbeddingIdentity, configured_identity
 from indexing.models import Chunk, MemoryFile
 from indexing.tables import CHUNK, FILE
@@ -65,17 +66,19 @@ def _bad_request(message: str) -> InvalidInput:
 
 # --- Query embeddings, cached -------------------------------------------------------------------
 
-_query_cache: OrderedDict[tuple[str, str], list[list[float]]] = OrderedDict()
+_query_cache: OrderedDict[tuple[str, int, str], list[list[float]]] = OrderedDict()
 _query_cache_lock = threading.Lock()
 
 
-def query_embedding(*, provider, text: str, timeout: float | None = None) -> list[list[float]]:
+def query_embedding(*, provider, text: str, agent_id: int, timeout: float | None = None) -> list[list[float]]:
     """The provider's vectors for a query: one, or one per window of a query longer than the model
     reads (search/query_windows.py). The last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
-    (agents repeat questions, and an embedding call costs far more than the search itself). The call
-    is bounded in time and guarded by the circuit breaker (search/query_breaker.py)."""
+    (agents repeat questions, and an embedding call costs far more than the search itself), each in
+    the asking agent's part of the cache as the embedding cache is (MEMORYHUB_EMBEDDING_CACHE_SCOPE): a
+    search answered faster, and its ``took_ms``, must not tell an agent what another agent asked. The
+    call is bounded in time and guarded by the circuit breaker (search/query_breaker.py)."""
     size = settings.MEMORYHUB_SEARCH_QUERY_CACHE_SIZE
-    key = (provider.identity.key, text)
+    key = (provider.identity.key, cache_scope(agent_id), text)
     with _query_cache_lock:
         vector = _query_cache.get(key)
         if vector is not None:
@@ -286,7 +289,9 @@ def _memory_search_shared(*, agent: Agent, scope, max_results: int | None, **sea
     with SearchDeadline() as deadline:
         for owner, memory in memories:
             try:
-                response = _memory_search_routed(agent=memory, max_results=max_results, deadline=deadline, **search)
+                response = _memory_search_routed(
+                    agent=memory, asker_id=agent.pk, max_results=max_results, deadline=deadline, **search
+                )
             except SearchUnavailable:
                 if not any(found.results for _, found in responses):
                     raise
@@ -324,6 +329,7 @@ def _memory_search(
     filters: SearchFilters | None,
     explain: bool,
     deadline: SearchDeadline,
+    asker_id: int | None = None,  # the agent asking, when it searches a memory granted to it
 ) -> SearchResponse:
     started = time.perf_counter()
     query = _clean_query(query)
@@ -357,7 +363,9 @@ def _memory_search(
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
     if used_mode in ("hybrid", "vector"):
-        embedding, why_not = _embed_for_search(identity=identity, query=query, has_vectors=has_vectors, deadline=deadline)
+        embedding, why_not = _embed_for_search(
+            identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline
+        )
         if embedding is None:
             notes.append(f"{why_not} Keyword search only.")
             used_mode = "keyword"
@@ -468,7 +476,7 @@ def _nearest(
 
 
 def _embed_for_search(
-    *, identity: EmbeddingIdentity, query: str, has_vectors: bool, deadline: SearchDeadline
+    *, identity: EmbeddingIdentity, agent_id: int, query: str, has_vectors: bool, deadline: SearchDeadline
 ) -> tuple[list[list[float]] | None, str]:
     """(the query's vectors, "") or (None, the reason vector search cannot run)."""
     from indexing.embeddings import get_provider
@@ -483,7 +491,7 @@ def _embed_for_search(
         provider = get_provider()
         if provider is None:
             return None, "Vector search is off (embedding provider 'none')."
-        vector = query_embedding(provider=provider, text=query, timeout=deadline.remaining())
+        vector = query_embedding(provider=provider, text=query, agent_id=agent_id, timeout=deadline.remaining())
     except BreakerOpen as exc:
         return None, str(exc)
     except Exception as exc:  # any provider failure degrades to keyword search, never a 500

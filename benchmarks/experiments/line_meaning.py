@@ -67,9 +67,9 @@ def main(argv: list[str]) -> None:
 
     results_before, build_before = services._results, services.snippet_build
 
-    def results(*, query="", keyword=None, **rest):
-        _state.query, _state.keyword = query, keyword
-        return results_before(query=query, keyword=keyword, **rest)
+    def results(*, agent_id, query="", keyword=None, **rest):
+        _state.agent_id, _state.query, _state.keyword = agent_id, query, keyword
+        return results_before(agent_id=agent_id, query=query, keyword=keyword, **rest)
 
     def snippet_build(*, file_lines, region, scores, **rest):
         weight = getattr(settings, "MEMORYHUB_SEARCH_EXP_LINE_MEANING", 0.0)
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
         a, b = region
         if weight and b > a and getattr(_state, "query", "") and not (only_meaning and any(s > 0 for s in scores)):
             provider = get_provider()
-            query_vector = services.query_embedding(provider=provider, text=_state.query, timeout=60)[0]
+            query_vector = services.query_embedding(provider=provider, text=_state.query, agent_id=_state.agent_id, timeout=60)[0]
             keyword = _state.keyword
             idf_total = sum(keyword.idf.get(lexeme, 1.0) for lexeme in keyword.lexemes) or 1.0
             scores = meaning_scores(

@@ -16,7 +16,7 @@ from agents.deletion import agent_purge
 from agents.models import Agent, AuditEvent
 from agents.services import agent_delete, memory_grant_give
 from indexing.maintenance import index_maintenance
-from indexing.models import Chunk, EmbeddingBatch, IndexJob, MemoryFile
+from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 from memoryhub.observability import background_queue_name
 from memoryhub.usage.models import SearchEvent, UsageHour
 from search.models import KeywordAgentStats, KeywordTermStats
@@ -32,14 +32,19 @@ AUDIT_TABLE = AuditEvent._meta.db_table
 
 
 def fill(member, other) -> None:
-    """Rows in every table that references an agent: files and chunks, jobs, an embedding batch,
-    keyword stats, usage rows, a token (the member's own) and grants both ways with ``other``."""
+    """Rows in every table that references an agent: files and chunks, jobs, an embedding batch, its
+    embedding cache, keyword stats, usage rows, a token (the member's own) and grants both ways with
+    ``other``."""
     agent = member.agent
     for number in range(FILES):
         _chunks(agent, _file(agent, number), CHUNKS_PER_FILE)
     jobs = [IndexJob.objects.create(agent=agent, trigger="upload", state="done") for _ in range(5)]
     MemoryFile.objects.filter(agent=agent).update(job=jobs[0])
     EmbeddingBatch.objects.create(agent=agent, job=jobs[1], provider="openai", model="m", dimensions=8, state="in_flight")
+    EmbeddingCache.objects.bulk_create(
+        EmbeddingCache(provider="fake", model="m", dimensions=3, agent_scope=agent.pk, text_hash=f"{i:064}", embedding=[1, 0, 0])
+        for i in range(6)
+    )
     KeywordAgentStats.objects.create(agent=agent, chunks=30, avg_tokens=3.0, refreshed_at=timezone.now())
     KeywordTermStats.objects.bulk_create(KeywordTermStats(agent=agent, lexeme=f"word{i}", df=1) for i in range(9))
     SearchEvent.objects.bulk_create(SearchEvent(agent=agent, mode="hybrid", results=1, took_ms=1.0) for _ in range(7))
@@ -51,7 +56,8 @@ def fill(member, other) -> None:
 
 def referencing_columns() -> list[tuple[str, str]]:
     """Every (table, column) of the database that names an agent: a foreign key to the agent table, or a
-    column called agent_id; read from the catalog, so a table added later is checked too."""
+    column called agent_id (or agent_scope: the embedding cache's); read from the catalog, so a table
+    added later is checked too."""
     with connection.cursor() as cursor:
         cursor.execute(
             """SELECT con.conrelid::regclass::text, a.attname FROM pg_constraint con
@@ -60,7 +66,7 @@ def referencing_columns() -> list[tuple[str, str]]:
                WHERE con.contype = 'f' AND con.confrelid = 'agents_agent'::regclass AND NOT c.relispartition
                UNION
                SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-               WHERE a.attname = 'agent_id' AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
+               WHERE a.attname IN ('agent_id', 'agent_scope') AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
                  AND NOT c.relispartition AND c.relnamespace = current_schema()::regnamespace"""
         )
         return sorted(cursor.fetchall())

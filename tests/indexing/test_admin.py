@@ -157,13 +157,14 @@ def test_files_and_jobs_cannot_be_edited_or_added_in_the_admin(operator, failed_
 def test_the_dashboard_shows_totals_failures_and_the_cache_hit_rate(operator, alice, bob, fake_embeddings, indexed):
     with indexed():
         file_ingest(agent=alice.agent, path="memory/trip.md", content=NOTES)
-        file_ingest(agent=bob.agent, path="memory/trip.md", content=NOTES)  # same text: from the cache
+    with indexed():
+        file_ingest(agent=alice.agent, path="notes/trip-copy.md", content=NOTES)  # same text, same agent: reused
     IndexJob.objects.create(agent=bob.agent, trigger="sync", state="failed", error="the disk is on fire")
     page = operator.get("/admin/")
     stats = page.context["dashboard"]
     assert stats["agents"]["total"] == 2 and stats["files"]["total"] == 2 and stats["chunks"]["total"] == 4
     assert stats["jobs"]["hour"] == {"total": 3, "done": 2, "failed": 1}
-    assert stats["cache"]["hit_rate_day"] == 0.5  # bob's two chunks cost no embedding call
+    assert stats["cache"]["hit_rate_day"] == 0.5  # the copy's two chunks cost no embedding call
     html = page.content.decode()
     assert "50 %" in html and "the disk is on fire" in html and "jobs in the last hour" in html
 

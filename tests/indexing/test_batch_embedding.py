@@ -321,6 +321,34 @@ def test_deleting_an_agent_cancels_its_batches_still_at_the_provider(alice, bob,
     assert list(EmbeddingBatch.objects.values_list("pk", "state")) == [(bobs.pk, "in_flight")]  # bob's goes on
 
 
+def test_a_batchs_vectors_go_into_its_agents_cache_and_nothing_of_a_batch_deleted_meanwhile_is_stored(
+    alice, server, indexed, monkeypatch
+):
+    from indexing import embedding_batches
+
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12))
+    server.complete()
+    collect(indexed)
+    assert set(EmbeddingCache.objects.values_list("agent_scope", flat=True)) == {alice.agent.pk}
+
+    with indexed():
+        workspace_sync(agent=alice.agent, entries=notes(12, tag=" later"))
+    [batch] = EmbeddingBatch.objects.filter(state="in_flight")
+    server.complete()
+    cached = EmbeddingCache.objects.count()
+    poll = embedding_batches._batch_poll
+
+    def deleted_while_polled(*, batch, **rest):  # the agent's deletion removes the batch meanwhile
+        EmbeddingBatch.objects.filter(pk=batch.pk).delete()
+        return poll(batch=batch, **rest)
+
+    monkeypatch.setattr(embedding_batches, "_batch_poll", deleted_while_polled)
+    outcome = collect(indexed)
+    assert outcome.collected == [] and EmbeddingCache.objects.count() == cached
+    assert not EmbeddingBatch.objects.filter(pk=batch.pk).exists()
+
+
 def test_a_provider_that_does_not_cancel_does_not_hold_up_the_deletion(alice, server, indexed, caplog):
     with indexed():
         workspace_sync(agent=alice.agent, entries=notes(12))

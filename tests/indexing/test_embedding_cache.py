@@ -1,4 +1,5 @@
-"""The shared embedding cache: each distinct text is embedded once per identity, for every agent."""
+"""The embedding cache: each distinct text is embedded once per identity and agent (or once for every
+agent, with MEMORYHUB_EMBEDDING_CACHE_SCOPE=shared)."""
 
 import threading
 
@@ -11,6 +12,7 @@ from indexing.embeddings import FakeProvider, ProviderInputsRejected, ProviderTr
 from indexing.models import EmbeddingCache
 
 IDENTITY = EmbeddingIdentity(provider="fake", model="fake-hash", dimensions=64)
+AGENT = 1  # whose cache: an agent's id (no row needed)
 
 
 @pytest.fixture
@@ -21,7 +23,7 @@ def provider():
 
 
 def test_the_same_text_twice_in_one_call_is_embedded_once(db, provider):
-    outcome = embed_texts(provider=provider, texts=["deploy key in vault", "lunch at noon", "deploy key in vault"])
+    outcome = embed_texts(provider=provider, agent_id=AGENT, texts=["deploy key in vault", "lunch at noon", "deploy key in vault"])
     assert FakeProvider.texts_embedded == 2
     assert (outcome.embedded, outcome.cache_hits) == (2, 1)
     assert outcome.vectors[0] == outcome.vectors[2] != outcome.vectors[1]
@@ -29,26 +31,37 @@ def test_the_same_text_twice_in_one_call_is_embedded_once(db, provider):
 
 
 def test_a_second_call_is_answered_from_the_cache(db, provider):
-    first = embed_texts(provider=provider, texts=["alpha", "beta"])
-    second = embed_texts(provider=provider, texts=["beta", "gamma", "alpha"])
+    first = embed_texts(provider=provider, agent_id=AGENT, texts=["alpha", "beta"])
+    second = embed_texts(provider=provider, agent_id=AGENT, texts=["beta", "gamma", "alpha"])
     assert FakeProvider.texts_embedded == 3  # alpha, beta, gamma
     assert (second.embedded, second.cache_hits) == (1, 2)
     assert second.vectors[0] == pytest.approx(first.vectors[1])
     assert second.vectors[2] == pytest.approx(first.vectors[0])
 
 
-def test_the_cache_is_shared_by_agents(alice, bob, provider):
-    # The cache is not scoped by agent: alice's chunk text costs bob nothing.
-    embed_texts(provider=provider, texts=["we ship on fridays"])  # while indexing alice's file
-    embed_texts(provider=provider, texts=["we ship on fridays"])  # while indexing bob's file
-    assert FakeProvider.calls == 1
-    assert EmbeddingCache.objects.filter(text_hash=text_hash("we ship on fridays")).count() == 1
+def test_each_agent_has_a_cache_of_its_own(alice, bob, provider):
+    # A cache hit on bob's upload would tell bob that another agent's memory holds the text.
+    embed_texts(provider=provider, agent_id=alice.agent.pk, texts=["we ship on fridays"])
+    outcome = embed_texts(provider=provider, agent_id=bob.agent.pk, texts=["we ship on fridays"])
+    assert (outcome.cache_hits, outcome.embedded, FakeProvider.calls) == (0, 1, 2)
+    rows = EmbeddingCache.objects.filter(text_hash=text_hash("we ship on fridays"))
+    assert sorted(rows.values_list("agent_scope", flat=True)) == sorted([alice.agent.pk, bob.agent.pk])
+    again = embed_texts(provider=provider, agent_id=bob.agent.pk, texts=["we ship on fridays"])
+    assert (again.cache_hits, FakeProvider.calls) == (1, 2)  # within one agent's memory, the cache works
+
+
+def test_a_shared_cache_embeds_a_text_once_for_every_agent(alice, bob, provider, settings):
+    settings.MEMORYHUB_EMBEDDING_CACHE_SCOPE = "shared"
+    embed_texts(provider=provider, agent_id=alice.agent.pk, texts=["we ship on fridays"])  # alice's file
+    outcome = embed_texts(provider=provider, agent_id=bob.agent.pk, texts=["we ship on fridays"])  # bob's
+    assert (outcome.cache_hits, FakeProvider.calls) == (1, 1)
+    assert list(EmbeddingCache.objects.values_list("agent_scope", flat=True)) == [0]
 
 
 def test_a_different_identity_does_not_reuse_vectors(db, provider):
-    embed_texts(provider=provider, texts=["same text"])
+    embed_texts(provider=provider, agent_id=AGENT, texts=["same text"])
     wider = FakeProvider(EmbeddingIdentity(provider="fake", model="fake-hash", dimensions=32))
-    outcome = embed_texts(provider=wider, texts=["same text"])
+    outcome = embed_texts(provider=wider, agent_id=AGENT, texts=["same text"])
     assert outcome.embedded == 1 and len(outcome.vectors[0]) == 32
     assert FakeProvider.texts_embedded == 2
 
@@ -67,12 +80,12 @@ def test_misses_are_embedded_in_bounded_batches_and_kept_when_a_later_batch_fail
     FakeProvider.embed_documents = failing_third_batch
     try:
         with pytest.raises(ProviderTransientError):
-            embed_texts(provider=provider, texts=texts, batch_size=4)
+            embed_texts(provider=provider, agent_id=AGENT, texts=texts, batch_size=4)
     finally:
         FakeProvider.embed_documents = original
     assert calls == [4, 4, 2]
     assert EmbeddingCache.objects.count() == 8  # the first two batches are kept
-    outcome = embed_texts(provider=provider, texts=texts, batch_size=4)
+    outcome = embed_texts(provider=provider, agent_id=AGENT, texts=texts, batch_size=4)
     assert (outcome.cache_hits, outcome.embedded) == (8, 2)
 
 
@@ -85,7 +98,7 @@ def test_inputs_the_provider_rejects_get_no_vector_and_the_rest_are_kept(db, pro
         return vectors
 
     monkeypatch.setattr(FakeProvider, "embed_documents", reject_the_bad_one)
-    outcome = embed_texts(provider=provider, texts=["fine", "BAD input", "also fine", "BAD input"])
+    outcome = embed_texts(provider=provider, agent_id=AGENT, texts=["fine", "BAD input", "also fine", "BAD input"])
     assert outcome.vectors[1] is None and outcome.vectors[3] is None
     assert outcome.vectors[0] is not None and outcome.vectors[2] is not None
     assert outcome.rejected == {1: "input too long", 3: "input too long"}
@@ -94,7 +107,7 @@ def test_inputs_the_provider_rejects_get_no_vector_and_the_rest_are_kept(db, pro
 
 
 def test_an_empty_call_does_nothing(db, provider):
-    outcome = embed_texts(provider=provider, texts=[])
+    outcome = embed_texts(provider=provider, agent_id=AGENT, texts=[])
     assert (outcome.vectors, outcome.cache_hits, outcome.embedded, FakeProvider.calls) == ([], 0, 0, 0)
 
 
@@ -112,7 +125,7 @@ def test_two_workers_racing_on_the_same_new_text_both_succeed(provider):
 
     def worker():
         try:
-            outcomes.append(embed_texts(provider=provider, texts=["racing text"]))
+            outcomes.append(embed_texts(provider=provider, agent_id=AGENT, texts=["racing text"]))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:

@@ -84,9 +84,14 @@ def test_a_worker_that_dies_between_the_steps_leaves_chunks_that_recovery_comple
     assert (job.state, job.files_changed, job.chunks_added, job.chunks_embedded) == ("done", 1, 2, 2)
 
 
-def test_cached_vectors_are_written_with_the_chunks_in_one_step(alice, bob, fake_embeddings, indexed, monkeypatch):
+def test_cached_vectors_are_written_with_the_chunks_in_one_step(alice, fake_embeddings, indexed, monkeypatch):
+    from indexing.writes import file_delete
+
     with indexed():
-        file_ingest(agent=bob.agent, path="notes/hangar.md", content=NOTE)  # fills the shared cache
+        file_ingest(agent=alice.agent, path="notes/hangar.md", content=NOTE)  # fills alice's cache
+    with indexed():
+        file_delete(agent=alice.agent, path="notes/hangar.md")  # her chunks go, her cache stays
+    assert not Chunk.objects.filter(agent=alice.agent).exists()
     fake_embeddings.reset_counts()
 
     def no_second_step(**kwargs):

@@ -72,15 +72,30 @@ def test_editing_one_paragraph_embeds_only_the_changed_chunk(alice, fake_embeddi
     assert Chunk.objects.filter(file=memory_file, text__contains="rewritten").exclude(embedding=None).count() == 1
 
 
-def test_the_same_text_in_two_files_and_two_agents_is_embedded_once(alice, bob, fake_embeddings, indexed):
+def test_the_same_text_in_two_files_of_an_agent_is_embedded_once_and_another_agent_learns_nothing(
+    alice, bob, fake_embeddings, indexed, settings
+):
     text = "Shared knowledge: the office wifi password rotates every Monday."
     with indexed():
         file_ingest(agent=alice.agent, path="memory/a.md", content=text)
         file_ingest(agent=alice.agent, path="notes/b.md", content=text)
-        file_ingest(agent=bob.agent, path="MEMORY.md", content=text)
     assert fake_embeddings.texts_embedded == 1
+    # Bob guesses alice's note: his job neither hits a cache nor is spared an embedding.
+    with indexed():
+        response = bob.client.put("/api/v1/files/MEMORY.md", {"content": text}, format="json")
+    job = bob.client.get(f"/api/v1/jobs/{response.json()['job']}").json()
+    assert (job["state"], job["cache_hits"], job["chunks_embedded"]) == ("done", 0, 1)
+    assert fake_embeddings.texts_embedded == 2
     assert Chunk.objects.filter(text=text).exclude(embedding=None).count() == 3
-    assert Chunk.objects.filter(agent=bob.agent).count() == 1
+    # With one cache for every agent (MEMORYHUB_EMBEDDING_CACHE_SCOPE=shared), the second agent's copy
+    # costs nothing, and its job says so.
+    settings.MEMORYHUB_EMBEDDING_CACHE_SCOPE = "shared"
+    other = "Bob's note: the printer on floor 3 needs a new drum."
+    with indexed():
+        file_ingest(agent=bob.agent, path="notes/printer.md", content=other)
+        _, alices = file_ingest(agent=alice.agent, path="notes/printer.md", content=other)
+    alices.refresh_from_db()
+    assert (fake_embeddings.texts_embedded, alices.cache_hits, alices.chunks_embedded) == (3, 1, 0)
 
 
 def test_a_thousand_file_sync_sent_twice_embeds_nothing_the_second_time(alice, fake_embeddings, indexed):

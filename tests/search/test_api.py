@@ -138,6 +138,21 @@ def test_query_embeddings_are_cached(alice, indexed_notes):
     assert FakeProvider.queries_embedded == 1
 
 
+def test_an_agent_is_never_answered_from_another_agents_cached_query(alice, bob, indexed_notes, index_files, settings):
+    # A cached query is answered faster (took_ms): a hit would tell bob that another agent asked it.
+    index_files(bob, {"MEMORY.md": "Bob deploys the billing service on Fridays."})
+    FakeProvider.reset_counts()
+    memory_search(agent=alice.agent, query="billing deploy")
+    memory_search(agent=bob.agent, query="billing deploy")
+    assert FakeProvider.queries_embedded == 2
+    memory_search(agent=bob.agent, query="billing deploy")
+    assert FakeProvider.queries_embedded == 2  # bob's own repeat is cached
+    settings.MEMORYHUB_EMBEDDING_CACHE_SCOPE = "shared"  # one cache for every agent
+    memory_search(agent=alice.agent, query="who deploys billing")
+    memory_search(agent=bob.agent, query="who deploys billing")
+    assert FakeProvider.queries_embedded == 3
+
+
 def test_bad_input_is_a_400_with_a_reason(alice, search):
     for body in [{}, {"query": ""}, {"query": "   "}, {"query": 5.5, "mode": "fuzzy"}, {"query": "x", "sources": ["mail"]},
                  {"query": "x", "path_prefix": "/etc"}, {"query": "x", "path_prefix": "../up"}, {"query": "x" * 10_001},

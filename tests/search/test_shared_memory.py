@@ -100,6 +100,19 @@ def test_without_a_grant_another_memory_is_refused_in_the_same_words_as_a_missin
     assert status == 400
 
 
+def test_a_shared_search_embeds_the_query_once_in_the_askers_own_cache(handbook, search):
+    from indexing.embeddings import FakeProvider
+
+    writer, owner = handbook.red_writer, handbook.red_handbook
+    memory_grant_give(reader=writer.agent, owner=owner.agent)
+    FakeProvider.reset_counts()
+    status, body = search(writer, "when are expense reports due", scope="shared")
+    assert status == 200 and any(r.get("owner") == "red-handbook" for r in body["results"])
+    assert FakeProvider.queries_embedded == 1  # both memories searched with one query vector
+    search(owner, "when are expense reports due")
+    assert FakeProvider.queries_embedded == 2  # the owner learns nothing of what its readers asked
+
+
 def test_a_grant_from_an_agent_being_deleted_gives_nothing_from_the_mark_on(handbook, search):
     """Its rows are still there until the background deletion reaches them; the reader sees none of them."""
     from agents.services import agent_delete

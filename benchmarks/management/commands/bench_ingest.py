@@ -5,7 +5,7 @@ unchanged 1,000-file re-sync (which must make zero embedding calls).
 
 Runs against the configured database with a throw-away agent (deleted afterwards) and the fake
 provider under a model name of its own, so nothing it embeds is ever served from, or left in, the
-shared cache. The worker side runs in this process (``index_job_run``, exactly what the Celery task
+embedding cache. The worker side runs in this process (``index_job_run``, exactly what the Celery task
 calls); the API calls go through Django's full request stack in-process (no network).
 """
 
