@@ -8,6 +8,7 @@ import urllib.request
 
 from django.utils import timezone
 
+from agents.models import Agent
 from agents.services import agent_create
 from indexing.models import IndexJob
 from indexing.writes import file_ingest
@@ -74,9 +75,9 @@ def test_operator_tour(logged_in, live_server, shot):
     assert "memory/2026-05-01.md#L" in first.inner_text() and "keyword_rank" in first.inner_text()
     shot(page, "07-playground-search")
 
-    # A second agent pushes the same notes (its vectors come from the shared cache) and a job fails.
+    # The agent keeps a copy of its notes (its vectors come from its own chunks), and another agent's job fails.
+    file_ingest(agent=Agent.objects.get(slug="scout"), path="archive/2026-05-01.md", content=NOTES)
     archivist = agent_create(slug="archivist")
-    file_ingest(agent=archivist, path="memory/2026-05-01.md", content=NOTES)
     IndexJob.objects.create(
         agent=archivist, trigger="sync", state="failed", finished_at=timezone.now(),
         error="embedding failed: 429 Too Many Requests (retries exhausted)",
