@@ -11,8 +11,8 @@ the agent could never be deleted. So deletion is two steps:
 2. ``agent_purge`` (the task) asks the embedding provider to cancel the agent's batches still in flight
    (nobody will collect them), then deletes its rows in batches of MEMORYHUB_AGENT_DELETE_BATCH_ROWS, each in
    its own transaction: chunks first (on the agent's partition), then files, embedding batches, jobs,
-   the agent's embedding cache, and every other table that references the agent (found through Django's relations, so a new one is
-   covered), and the agent's row last, once nothing references it.
+   the agent's embedding cache, and every other table that references the agent (found through Django's
+   relations, so a new one is covered), and the agent's row last, once nothing references it.
 
 Each batch commits on its own, so a worker killed midway leaves fewer rows and a consistent state, and a
 run of the task finishes the rest. A run holds a per-agent advisory lock (a second delivery returns at

@@ -230,9 +230,12 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
         if provider is not None and not defer_embedding:
             window_measure(provider)  # a model not known by name: its window, measured once, before chunking
         work, indexed_texts = _files_chunked(files=files, outcomes=outcomes, identity=identity)
+        agent_id = _batch_agent(files) if files else None  # whose chunks and cache may give vectors
 
         # Step 1: the vectors known without the provider, then the chunks, committed.
-        vectors, cache_hits = _known_vectors(work=work, identity=identity) if provider is not None else ({}, 0)
+        vectors, cache_hits = (
+            _known_vectors(work=work, identity=identity, agent_id=agent_id) if provider is not None else ({}, 0)
+        )
         missing = {  # text hash → text, for the provider
             digest: indexed_texts[digest]
             for _, spans in work for _, digest in spans if provider is not None and digest not in vectors
@@ -251,7 +254,7 @@ def _files_index_claimed(*, claimed: list[int], provider, job_id: int | None, de
         if awaiting:
             transient = _embed_awaiting(
                 awaiting=awaiting, missing=missing, vectors=vectors, outcomes=outcomes, provider=provider,
-                identity=identity, job_id=job_id,
+                identity=identity, job_id=job_id, agent_id=agent_id,
             )
     except Exception as exc:
         if not isinstance(exc, ProviderError):
@@ -307,14 +310,13 @@ def _files_chunked(*, files, outcomes, identity) -> tuple[list, dict[str, str]]:
     return work, indexed_texts
 
 
-def _known_vectors(*, work, identity) -> tuple[dict[str, object], int]:
+def _known_vectors(*, work, identity, agent_id: int) -> tuple[dict[str, object], int]:
     """The vectors of these chunks known without the provider: the agent's chunks with the same text,
     then the agent's EmbeddingCache. Returns (vectors by text hash, how many were found)."""
     from indexing.embedding_cache import cached_vectors
 
     if not work:
         return {}, 0
-    agent_id = _batch_agent(f for f, _ in work)
     wanted = {digest for _, spans in work for _, digest in spans}
     vectors: dict[str, object] = dict(
         Chunk.objects.filter(agent_id=agent_id, text_hash__in=wanted, embedding_identity=identity.key)
@@ -337,21 +339,21 @@ def _batch_agent(files) -> int:
     return agent_ids.pop()
 
 
-def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity, job_id) -> Exception | None:
+def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity, job_id, agent_id: int) -> Exception | None:
     """Step 2: embed the texts the written files lack (each once), fill their vectors in and settle
     them. Returns the transient provider error met, if any (the caller re-raises it to retry)."""
     from indexing.embedding_cache import embed_texts
     from indexing.embeddings import ProviderError, ProviderTransientError
 
     needed = {digest: missing[digest] for _, spans in awaiting for _, digest in spans if digest in missing}
-    if _batch_submitted(awaiting=awaiting, needed=needed, outcomes=outcomes, provider=provider, job_id=job_id):
+    if _batch_submitted(awaiting=awaiting, needed=needed, outcomes=outcomes, provider=provider, job_id=job_id, agent_id=agent_id):
         return None
     embedded = hits = 0
     batch_error = ""
     transient = None
     rejected: dict[str, str] = {}
     try:
-        result = embed_texts(provider=provider, agent_id=_batch_agent(f for f, _ in awaiting), texts=list(needed.values()))
+        result = embed_texts(provider=provider, agent_id=agent_id, texts=list(needed.values()))
     except ProviderError as exc:
         batch_error = f"embedding failed: {exc}"
         if isinstance(exc, ProviderTransientError):
@@ -373,7 +375,7 @@ def _embed_awaiting(*, awaiting, missing, vectors, outcomes, provider, identity,
     return transient
 
 
-def _batch_submitted(*, awaiting, needed: dict[str, str], outcomes, provider, job_id: int | None) -> bool:
+def _batch_submitted(*, awaiting, needed: dict[str, str], outcomes, provider, job_id: int | None, agent_id: int) -> bool:
     """Bulk work: the texts go to the provider's batch API instead (indexing/embedding_batches.py).
     True when they are in flight: the batch's id is stored, then the files go back to ``pending``
     (their chunks written, keyword-searchable) and the job to ``waiting`` until the collector has the
@@ -386,7 +388,7 @@ def _batch_submitted(*, awaiting, needed: dict[str, str], outcomes, provider, jo
     files = [f for f, _ in awaiting]
     try:
         batches = embedding_batch_submit(
-            provider=provider, agent_id=files[0].agent_id, job_id=job_id, texts=needed, file_ids=[f.pk for f in files]
+            provider=provider, agent_id=agent_id, job_id=job_id, texts=needed, file_ids=[f.pk for f in files]
         )
     except ProviderError as exc:
         logger.warning("job %s: the batch API refused %d text(s) (%s); embedding them synchronously", job_id, len(needed), exc)
