@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from agents.models import Agent
 
@@ -212,4 +213,20 @@ def agent_purge(*, agent_id: int, seconds: float | None = None) -> PurgeOutcome:
         "agent %s: deleted %s in %d batch(es), %.1f s%s", agent_id, outcome.deleted, outcome.batches, outcome.seconds,
         "" if outcome.finished else "; not finished, to be continued",
     )
+    return outcome
+
+
+def agent_delete_here(*, agent_id: int, pause: float = 0.2) -> PurgeOutcome:
+    """Mark an agent and delete it in this process, run after run, until its row is gone; for a command
+    that removes the agents it made (the benchmarks), with no audit event and no task.
+
+    Django's ``agent.delete()`` does it in one transaction, which fails when a row naming the agent
+    commits meanwhile: a search's usage row, which a server writes a moment after the answer
+    (memoryhub/usage/services.py). The purge's batches and its locked last step take such a row along.
+    When another run holds the agent (a worker's task), this waits for it."""
+    Agent.objects.live().filter(pk=agent_id).update(deletion_requested_at=timezone.now())
+    while not (outcome := agent_purge(agent_id=agent_id)).finished:
+        if outcome.skipped and outcome.skipped != "another run is deleting this agent":
+            raise RuntimeError(f"agent {agent_id}: {outcome.skipped}")
+        time.sleep(pause if outcome.skipped else 0)
     return outcome

@@ -2,6 +2,8 @@
 gone for its users from then on; a task on the background queue deletes its rows in bounded batches, each
 its own transaction, and a run stopped midway is finished by the next, or by the stuck-work sweep's."""
 
+import threading
+import time
 from datetime import timedelta
 from io import StringIO
 
@@ -12,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents import deletion
-from agents.deletion import agent_purge
+from agents.deletion import agent_delete_here, agent_purge
 from agents.models import Agent, AuditEvent
 from agents.services import agent_delete, memory_grant_give
 from indexing.maintenance import index_maintenance
@@ -283,3 +285,43 @@ def test_commands_naming_an_agent_being_deleted_refuse_it(alice, bob, tmp_path):
         with pytest.raises(CommandError, match="'alice' is being deleted"):
             call_command(*args, stdout=StringIO(), stderr=StringIO())
     assert AuditEvent.objects.count() == events and Agent.objects.get(slug="alice").is_being_deleted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_deletes_its_agent_while_a_server_still_records_the_agents_searches(alice, bob, settings):
+    """The benchmarks remove the agents they made while their web server may still write a search's usage
+    row. Django's one-transaction ``agent.delete()`` then failed on that row's foreign key (a flaky
+    benchmark test); ``agent_delete_here`` goes on until the agent's row is gone."""
+    from django.db import connections
+
+    from memoryhub.usage.services import search_record
+
+    settings.MEMORYHUB_USAGE_FLUSH_SECONDS = 0  # each search's row written at once, in its own statement
+    fill(alice, bob)
+    agent_id = alice.agent.pk
+    stop, recorded = threading.Event(), []
+
+    def server() -> None:
+        try:
+            while not stop.is_set():
+                search_record(agent_id=agent_id, mode="hybrid", results=1, took_ms=1.0)
+                recorded.append(1)
+                time.sleep(0.01)
+        finally:
+            connections["default"].close()
+
+    writer = threading.Thread(target=server)
+    writer.start()
+    try:
+        while len(recorded) < 20:  # the server writes before the deletion starts, and while it runs
+            time.sleep(0.01)
+        outcome = agent_delete_here(agent_id=agent_id)
+        during = len(recorded)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+
+    assert outcome.finished and not Agent.objects.filter(pk=agent_id).exists()
+    assert during > 20  # the server went on writing
+    assert not any(count for column, count in rows_naming(agent_id).items() if not column.startswith(AUDIT_TABLE))
+    assert bob.client.get("/api/v1/status").status_code == 200

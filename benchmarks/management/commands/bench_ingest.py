@@ -28,6 +28,7 @@ from django.db import connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from agents.deletion import agent_delete_here
 from agents.services import agent_create, agent_token_create
 from indexing.chunking import count_tokens
 from indexing.embeddings import FakeProvider
@@ -143,7 +144,7 @@ class Command(BaseCommand):
                     with mock.patch("indexing.writes._enqueue"):
                         self._bench(agent, run, files, sections, repeat)
             finally:
-                agent.delete()
+                agent_delete_here(agent_id=agent.pk)
                 EmbeddingCache.objects.filter(model=model).delete()
 
     def _bench(self, agent, run, files, sections, repeat, wait_for_job=None):

@@ -30,6 +30,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.test import override_settings
 
+from agents.deletion import agent_delete_here
 from agents.services import agent_create, agent_token_create
 from indexing.models import Chunk, EmbeddingCache, IndexJob
 from indexing.writes import file_ingest
@@ -153,5 +154,5 @@ class Command(BaseCommand):
                     out(f"{size / 1e6:.1f} MB one-line file ({chunks} chunks): keyword search {seconds:.2f} s, {answer}; "
                         f"web worker peak RSS {before:.0f} MB before, {after:.0f} MB after")
                 finally:
-                    agent.delete()
+                    agent_delete_here(agent_id=agent.pk)
                     EmbeddingCache.objects.filter(model=model).delete()

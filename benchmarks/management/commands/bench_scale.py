@@ -376,6 +376,7 @@ class Command(BaseCommand):
         after ``extra`` more agents got a GIN and an HNSW partial index each (the same DDL as
         search/keyword_stats.py and search/vector_index.py; the agents hold no rows, which changes nothing
         for planning, locking or a COPY: every partial index's predicate is checked on every row)."""
+        from agents.deletion import agent_delete_here
         from agents.models import Agent
         from indexing.partitions import chunk_partitions
         from search.keyword_stats import agent_keyword_index_create, agent_keyword_index_name
@@ -414,7 +415,7 @@ class Command(BaseCommand):
             started = time.perf_counter()
             self.load(rng, [agent.pk], [7000], file_id_start=file_id_start)
             figures["copy_s"] = time.perf_counter() - started
-            agent.delete()
+            agent_delete_here(agent_id=agent.pk)
             return figures
 
         before_count = self.chunk_index_count()

@@ -38,6 +38,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from agents.deletion import agent_delete_here
 from agents.models import Agent
 from agents.services import agent_create, agent_token_create
 from benchmarks.bench_data import PARTS, dev_sets_load
@@ -212,7 +213,7 @@ class Command(BaseCommand):
                 details.close()
             if not options["keep"]:
                 for agent in agents:
-                    agent.delete()
+                    agent_delete_here(agent_id=agent.pk)
         report = {
             "sets": sets, "part": options["part"], "base_url": options["base_url"] or "started by the command",
             "overrides": overrides, "mode_sent": options["mode"] or "default",

@@ -34,6 +34,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
+from agents.deletion import agent_delete_here
 from agents.models import Agent
 from agents.services import agent_create
 from benchmarks.bench_data import PARTS, dev_sets_load
@@ -149,7 +150,7 @@ class Command(BaseCommand):
         finally:
             if not options["reuse"]:
                 for agent in agents:
-                    agent.delete()
+                    agent_delete_here(agent_id=agent.pk)
         report["load_average"] = {"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()}
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
@@ -170,7 +171,7 @@ class Command(BaseCommand):
                     out.append(agent)
                     continue
                 if agent is not None:
-                    agent.delete()
+                    agent_delete_here(agent_id=agent.pk)
                 agent = agent_create(slug=slug)
                 agents.append(agent)
                 workspace_sync(agent=agent, entries=[SyncEntry(path=p, content=c) for p, c in conversation.files.items()])
