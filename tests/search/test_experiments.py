@@ -3,13 +3,15 @@ observations_check.py: LoCoMo-shaped observations as dated notes, stretches of d
 daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries;
 single_file_check.py: a conversation's sessions joined into one file, its turns' lines moved with them;
 candidate_stages.py: the speaker and centring stages' arithmetic;
-line_meaning.py: the lines of a snippet scored by meaning beside their query words."""
+line_meaning.py: the lines of a snippet scored by meaning beside their query words;
+common_words.py: a question without the words most of the memory's chunks hold."""
 
 import math
 
 import pytest
 
 from benchmarks.experiments.candidate_stages import centred, named_speakers, speaker_of, speaker_share
+from benchmarks.experiments.common_words import combined, stripped, word_shares
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
 from benchmarks.experiments.line_meaning import meaning_scores
@@ -165,3 +167,16 @@ def test_the_lines_meaning_the_query_most_gain_up_to_w_of_every_query_word_and_o
     meaning_scores(lines=["best", "far"], keyword_scores=[0, 0], query_vector=[1.0, 0.0], idf_total=1.0,
                    weight=1.0, margin=0.05, provider=provider)
     assert sorted(provider.embedded) == [" ", "best", "far", "near"]  # each distinct line embedded once
+
+
+def test_a_question_loses_the_words_most_chunks_hold_or_only_the_capitalised_ones():
+    chunks = ["Melanie: I went hiking.", "Caroline: Nice! Melanie, what else?", "Melanie: pottery, and the camp"]
+    shares = word_shares(chunks)
+    assert shares["melanie"] == 1.0 and shares["pottery"] == pytest.approx(1 / 3)
+    question = "What activities does Melanie partake in?"
+    assert stripped(question, shares, threshold=0.6, names_only=True) == "What activities does partake in?"
+    assert stripped("Where did Caroline and Melanie go hiking?", shares, threshold=0.6, names_only=False) == (
+        "Where did Caroline and go hiking?"
+    )
+    assert stripped("What about the camp?", shares, threshold=0.3, names_only=False) == "about ?"  # "what" is in one chunk too
+    assert combined([1.0, 0.0], [0.0, 1.0]) == pytest.approx([math.sqrt(0.5), math.sqrt(0.5)])
