@@ -22,12 +22,12 @@ CHARTS = [
 def usage_view(request, *, admin_site):
     agent = None
     team_ids = request_team_scope(request).team_ids
-    agents = Agent.objects.all() if team_ids is None else Agent.objects.filter(team__in=team_ids)
+    agents = Agent.objects.live() if team_ids is None else Agent.objects.live().filter(team__in=team_ids)
     raw = request.GET.get("agent", "")
     if raw:
         agent = agents.filter(pk=int(raw)).first() if raw.isdigit() else None
         if agent is None:
-            raise Http404("No such agent.")  # another team's agent too: not there for this user
+            raise Http404("No such agent.")  # another team's agent, or one being deleted: not there for this user
     overview = usage_overview(agent=agent, team_ids=team_ids)
     charts = [
         {

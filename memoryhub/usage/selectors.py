@@ -31,14 +31,15 @@ class UsageOverview:
 def usage_overview(
     *, agent: Agent | None = None, now: datetime | None = None, team_ids: frozenset[int] | None = None
 ) -> UsageOverview:
-    """The charts and tables, of one agent, or of every agent of ``team_ids`` (None: of every team)."""
+    """The charts and tables, of one agent, or of every agent of ``team_ids`` (None: of every team). An
+    agent being deleted is left out: it is gone for its users, and its rows go with the deletion."""
     now = now or timezone.now()
     current = hour_floor(now)
     hours = [current - timedelta(hours=n) for n in range(HOURS - 1, -1, -1)]
     today = current.replace(hour=0)
     days = [today - timedelta(days=n) for n in range(DAYS - 1, -1, -1)]
 
-    usage = UsageHour.objects.filter(hour__gte=days[0])
+    usage = UsageHour.objects.filter(hour__gte=days[0], agent__deletion_requested_at__isnull=True)
     if team_ids is not None:
         usage = usage.filter(agent__team__in=team_ids)
     if agent is not None:
@@ -57,14 +58,17 @@ def usage_overview(
         overview.daily[name] = [by_day[day] for day in days]
 
     day_ago = now - timedelta(days=1)
-    slowest = SearchEvent.objects.filter(created_at__gte=day_ago).select_related("agent").order_by("-took_ms")
+    slowest = (
+        SearchEvent.objects.filter(created_at__gte=day_ago, agent__deletion_requested_at__isnull=True)
+        .select_related("agent").order_by("-took_ms")
+    )
     if team_ids is not None:
         slowest = slowest.filter(agent__team__in=team_ids)
     if agent is not None:
         slowest = slowest.filter(agent=agent)
     overview.slowest = list(slowest[:10])
     if agent is None:
-        busiest = UsageHour.objects.filter(hour__gte=current - timedelta(hours=23))
+        busiest = UsageHour.objects.filter(hour__gte=current - timedelta(hours=23), agent__deletion_requested_at__isnull=True)
         if team_ids is not None:
             busiest = busiest.filter(agent__team__in=team_ids)
         overview.busiest = list(

@@ -177,8 +177,9 @@ def hour_floor(moment: datetime) -> datetime:
 def usage_rollup(*, now: datetime | None = None) -> int:
     """Recompute the counters of the last ROLLUP_HOURS_BACK hours and the current one, snapshot each
     agent's stored files and bytes into the current hour, and prune old search rows. Safe to run twice
-    or concurrently: rows are upserted with values recomputed from the source tables. Returns the
-    number of agent-hours written."""
+    or concurrently: rows are upserted with values recomputed from the source tables. An agent being
+    deleted gets none (its deletion would have them to delete again). Returns the number of agent-hours
+    written."""
     now = now or timezone.now()
     current = hour_floor(now)
     start = current - timedelta(hours=ROLLUP_HOURS_BACK)
@@ -188,7 +189,7 @@ def usage_rollup(*, now: datetime | None = None) -> int:
         return rows.setdefault((agent_id, hour), {name: 0 for name in _COUNTERS})
 
     searches = (
-        SearchEvent.objects.filter(created_at__gte=start)
+        SearchEvent.objects.filter(created_at__gte=start, agent__deletion_requested_at__isnull=True)
         .annotate(bucket=TruncHour("created_at"))
         .values("agent_id", "bucket")
         .annotate(n=Count("id"))
@@ -196,7 +197,7 @@ def usage_rollup(*, now: datetime | None = None) -> int:
     for item in searches:
         row(item["agent_id"], item["bucket"])["searches"] = item["n"]
     jobs = (
-        IndexJob.objects.filter(created_at__gte=start)
+        IndexJob.objects.filter(created_at__gte=start, agent__deletion_requested_at__isnull=True)
         .annotate(bucket=TruncHour("created_at"))
         .values("agent_id", "bucket")
         .annotate(
@@ -214,7 +215,7 @@ def usage_rollup(*, now: datetime | None = None) -> int:
     past = [UsageHour(agent_id=agent_id, hour=hour, **values) for (agent_id, hour), values in rows.items() if hour != current]
     UsageHour.objects.bulk_create(past, update_conflicts=True, unique_fields=["agent", "hour"], update_fields=_COUNTERS)
 
-    stored = MemoryFile.objects.values("agent_id").annotate(files=Count("id"), bytes=Sum("size"))
+    stored = MemoryFile.objects.filter(agent__deletion_requested_at__isnull=True).values("agent_id").annotate(files=Count("id"), bytes=Sum("size"))
     present = []
     for item in stored:
         values = rows.pop((item["agent_id"], current), {name: 0 for name in _COUNTERS})

@@ -9,12 +9,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.services import agent_create
+from agents.services import agent_create, agent_delete
 from indexing.embeddings import ProviderPermanentError
 from indexing.models import IndexJob
 from memoryhub.usage import services as usage_services
 from memoryhub.usage.models import SearchEvent, UsageHour
 from memoryhub.usage.services import hour_floor, usage_rollup
+from tests.agents.test_agent_delete import deletion_tasks  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -95,6 +96,28 @@ def test_the_usage_page_draws_charts_at_a_fixed_number_of_queries(client, alice)
     assert response.status_code == 200 and b"Usage of alice" in response.content
     assert client.get("/admin/usage/?agent=999999").status_code == 404
     assert client.get("/admin/usage/?agent=abc").status_code == 404
+
+
+def test_an_agent_being_deleted_is_neither_rolled_up_nor_on_the_usage_page(client, alice, bob, deletion_tasks):
+    """Gone for its users from the mark on: the roll-up writes it no hour (its deletion would have them to
+    delete again), and the usage page neither counts it, lists it nor shows its page."""
+    operator = User.objects.create_superuser("operator", "op@example.com", "a-long-operator-password")
+    client.force_login(operator)
+    hour = hour_floor(timezone.now())
+    for member, took in ((alice, 987.6), (bob, 12.3)):
+        SearchEvent.objects.create(agent=member.agent, mode="hybrid", results=1, took_ms=took)
+        IndexJob.objects.create(agent=member.agent, trigger="upload", state="failed")
+    UsageHour.objects.create(agent=alice.agent, hour=hour - timedelta(hours=5), searches=40)
+    assert b"987.6 ms" in _usage_page(client)[1]
+
+    agent_delete(agent=alice.agent, actor=None)
+    usage_rollup()
+    assert list(UsageHour.objects.filter(hour=hour).values_list("agent__slug", "searches", "failures")) == [("bob", 1, 1)]
+    _, content = _usage_page(client)
+    assert b"987.6 ms" not in content and b"12.3 ms" in content
+    assert b"<title>" + (hour - timedelta(hours=5)).strftime("%d %b %H:00").encode() + b": 0</title>" in content
+    assert client.get(f"/admin/usage/?agent={alice.agent.pk}").status_code == 404
+    assert client.get(f"/admin/usage/?agent={bob.agent.pk}").status_code == 200
 
 
 def test_the_usage_page_is_for_staff_only(client, alice):
