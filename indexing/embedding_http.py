@@ -137,7 +137,7 @@ class HTTPEmbeddingProvider(BatchingProvider):
         data = json.dumps(self._body(inputs, query=query)).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self._headers()}
         for attempt in range(retry.max_retries + 1):
-            retry_after = None
+            retry_after = status = None
             try:
                 answer = self._post(url, data, headers, timeout or self.timeout)
                 vectors = self._vectors(answer, len(inputs), query=query)
@@ -146,7 +146,8 @@ class HTTPEmbeddingProvider(BatchingProvider):
                 vectors = self._validated([[float(value) for value in vector] for vector in vectors])
                 break
             except _HTTPStatus as exc:
-                message = f"HTTP {exc.status} from the {self.name} embedding endpoint: {exc}"
+                status = exc.status
+                message = f"HTTP {status} from the {self.name} embedding endpoint: {exc}"
                 if exc.status in _REJECTED_INPUT_STATUSES:
                     raise _RejectedRequest(message) from None
                 if exc.status not in _TRANSIENT_STATUSES and exc.status < 500:
@@ -157,12 +158,12 @@ class HTTPEmbeddingProvider(BatchingProvider):
             except (urllib.error.URLError, ConnectionError, OSError) as exc:
                 message = f"cannot reach the {self.name} embedding endpoint {self.base_url}: {exc}"
             except ProviderPermanentError as exc:  # vectors of another size than configured
-                if attempt == retry.max_retries:
+                if retry.gives_up(attempt, status):
                     raise
                 message = str(exc)
             except (_MalformedAnswer, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
                 message = f"malformed answer from the {self.name} embedding endpoint: {exc.__class__.__name__}: {exc}"
-            if attempt == retry.max_retries:
+            if retry.gives_up(attempt, status):
                 raise ProviderTransientError(f"{message} (after {attempt + 1} attempts)")
             delay = retry.delay(attempt, retry_after)
             logger.info("%s embedding request failed (%s); retry %d in %.2fs", self.name, message, attempt + 1, delay)

@@ -191,6 +191,13 @@ class RetryPolicy:
     max_retries: int = 5
     base_delay: float = 0.5
     max_delay: float = 30.0
+    # Retry a rate limit (HTTP 429) only; any other failure is final at once (the window probe: a provider
+    # that is down or hangs must cost it one request, a busy one only a short wait).
+    rate_limits_only: bool = False
+
+    def gives_up(self, attempt: int, status: int | None) -> bool:
+        """Whether the failure of attempt ``attempt`` (0-based; HTTP ``status``, None without one) is final."""
+        return attempt >= self.max_retries or (self.rate_limits_only and status != 429)
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
         """Full-jitter exponential backoff before retry number ``retry`` (0-based)."""
@@ -377,7 +384,7 @@ class OpenAIProvider(BatchingProvider):
 
         client, retry = client or self.client, retry or self.retry
         for attempt in range(retry.max_retries + 1):
-            retry_after = None
+            retry_after = status = None
             try:
                 response = client.embeddings.create(
                     input=inputs, model=self.identity.model, encoding_format="float", **self.extra
@@ -397,14 +404,14 @@ class OpenAIProvider(BatchingProvider):
             except openai.APIConnectionError as exc:
                 message = f"cannot reach the embedding endpoint: {exc}"
             except ProviderPermanentError as exc:  # vectors of another size than configured
-                if attempt == retry.max_retries:
+                if retry.gives_up(attempt, status):
                     raise  # every attempt: the configuration is wrong, not the answer
                 message = str(exc)
             except (openai.OpenAIError, json.JSONDecodeError, _MalformedAnswer) as exc:
                 # A cut-off body (truncated JSON), a missing field, a wrong count of vectors, NaN: a proxy
                 # or an overloaded server answered badly. The same request usually works again.
                 message = f"malformed answer from the embedding endpoint: {exc.__class__.__name__}: {exc}"
-            if attempt == retry.max_retries:
+            if retry.gives_up(attempt, status):
                 raise ProviderTransientError(f"{message} (after {attempt + 1} attempts)")
             delay = retry.delay(attempt, retry_after)
             logger.info("embedding request failed (%s); retry %d in %.2fs", message, attempt + 1, delay)

@@ -27,7 +27,8 @@ table's figure; tests/indexing/test_window_probe.py).
 the result (EmbeddingWindow, one row per identity and endpoint; the admin lists it for superusers, and
 deleting the row measures again: processes read it again within FOUND_RECHECK_SECONDS).
 Each probe request is tried once, without the provider's retries, so a provider that is down or hangs
-costs the first indexing at most one request timeout. Until a measurement exists (the provider was down
+costs the first indexing at most one request timeout; only a rate limit (HTTP 429: the provider is up
+but busy) is tried again, PROBE_RATE_LIMIT_RETRIES times after at most PROBE_RATE_LIMIT_WAIT seconds. Until a measurement exists (the provider was down
 at the first indexing; the process tries again after PROBE_RETRY_SECONDS) chunks and query windows use
 UNMEASURED_WINDOW, a size every model the service knows reads whole. MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
 set explicitly turns the probe off (MEMORYHUB_EMBEDDING_WINDOW_PROBE), and the setting is the window.
@@ -69,6 +70,11 @@ MISSING_RECHECK_SECONDS = 30.0
 # A measurement found is read again after this many seconds: a row an operator deleted (to measure a
 # model that changed behind the same name) or replaced takes effect without restarting the processes.
 FOUND_RECHECK_SECONDS = 300.0
+# A probe request answered 429 is tried again this many times, after the server's Retry-After or a short
+# backoff, capped at PROBE_RATE_LIMIT_WAIT seconds each: a burst of the fleet's own indexing must not cost
+# every job of the next PROBE_RETRY_SECONDS the unmeasured window.
+PROBE_RATE_LIMIT_RETRIES = 2
+PROBE_RATE_LIMIT_WAIT = 10.0
 # After a probe failed (the provider down, or slow past its timeout), this process's jobs index without
 # one for this many seconds (with UNMEASURED_WINDOW) instead of each waiting for the provider again.
 PROBE_RETRY_SECONDS = 300.0
@@ -152,16 +158,17 @@ def window_measure(provider) -> int | None:
 
 
 def _one_attempt(provider):
-    """``provider`` trying each request once: the probe runs before the file is chunked, so a provider
-    that hangs or fails may cost the indexing one request timeout (MEMORYHUB_EMBEDDING_TIMEOUT), not the
-    provider's retries (MEMORYHUB_EMBEDDING_MAX_RETRIES, up to about 6 minutes with the defaults); the
-    next job after PROBE_RETRY_SECONDS tries again."""
+    """``provider`` trying each request once, but for a rate limit: the probe runs before the file is
+    chunked, so a provider that hangs or fails may cost the indexing one request timeout
+    (MEMORYHUB_EMBEDDING_TIMEOUT), not the provider's retries (MEMORYHUB_EMBEDDING_MAX_RETRIES, up to
+    about 6 minutes with the defaults); the next job after PROBE_RETRY_SECONDS tries again. A 429 is
+    tried again PROBE_RATE_LIMIT_RETRIES times, at most PROBE_RATE_LIMIT_WAIT seconds apart."""
     from indexing.embeddings import RetryPolicy
 
     if getattr(provider, "retry", None) is None:
         return provider
     once = copy.copy(provider)
-    once.retry = RetryPolicy(max_retries=0)
+    once.retry = RetryPolicy(max_retries=PROBE_RATE_LIMIT_RETRIES, max_delay=PROBE_RATE_LIMIT_WAIT, rate_limits_only=True)
     return once
 
 

@@ -224,6 +224,35 @@ def test_the_probe_tries_each_request_once_whatever_the_providers_retries(db, pr
     assert len(provider.embed_documents(["a text"])) == 1 and server.requests == 3
 
 
+def test_a_rate_limited_probe_request_is_tried_again_and_the_window_measured(db, probed, word_server, monkeypatch):
+    """A 429 says the provider is up but busy (the fleet's own indexing, say): the probe asks again after a
+    short wait instead of leaving the next PROBE_RETRY_SECONDS of jobs with the unmeasured window. Three in
+    a row end it as any failure does, and a 503 is still not asked again."""
+    from indexing import window_probe
+
+    monkeypatch.setattr(window_probe, "PROBE_RATE_LIMIT_WAIT", 0.05)
+    server = word_server(words=120)
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    provider = _provider(server)  # the provider's own policy: no retries at all
+
+    server.script = ["429", "429", "429"]
+    assert window_measure(provider) is None
+    assert server.requests == 3 and not EmbeddingWindow.objects.exists()
+
+    window_cache_clear()
+    server.script = ["429", "429"]
+    requests = server.requests
+    assert window_measure(provider) == EmbeddingWindow.objects.get().tokens
+    assert _words(EmbeddingWindow.objects.get().read_tokens) <= 120
+    assert server.requests - requests == 2 + 2  # two refused, then the ladder's request and the fine one
+
+    EmbeddingWindow.objects.all().delete()
+    window_cache_clear()
+    server.script = ["503"]
+    requests = server.requests
+    assert window_measure(provider) is None and server.requests - requests == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_probing_at_once_keep_one_measurement(probed, word_server):
     """Two processes indexing their first file at the same moment both measure (each sends its requests),
