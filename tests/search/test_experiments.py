@@ -4,7 +4,8 @@ daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo'
 single_file_check.py: a conversation's sessions joined into one file, its turns' lines moved with them;
 candidate_stages.py: the speaker and centring stages' arithmetic;
 line_meaning.py: the lines of a snippet scored by meaning beside their query words;
-common_words.py: a question without the words most of the memory's chunks hold."""
+common_words.py: a question without the words most of the memory's chunks hold;
+word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query."""
 
 import math
 
@@ -17,6 +18,7 @@ from benchmarks.experiments.derived import session_day
 from benchmarks.experiments.line_meaning import meaning_scores
 from benchmarks.experiments.observations_check import observations_load
 from benchmarks.experiments.single_file_check import PATH, single_file_load
+from benchmarks.experiments.word_neighbours import content_words, lifted, neighbours, vocabulary
 from benchmarks.locomo import conversation_load
 
 
@@ -180,3 +182,24 @@ def test_a_question_loses_the_words_most_chunks_hold_or_only_the_capitalised_one
     )
     assert stripped("What about the camp?", shares, threshold=0.3, names_only=False) == "about ?"  # "what" is in one chunk too
     assert combined([1.0, 0.0], [0.0, 1.0]) == pytest.approx([math.sqrt(0.5), math.sqrt(0.5)])
+
+
+def test_a_questions_content_words_bring_the_memorys_nearest_words_and_lift_the_keyword_scores():
+    import numpy as np
+
+    from search.keyword import KeywordHit, KeywordResult
+
+    assert content_words("What activities does Melanie partake in with the Kids?") == ["activities", "partake"]
+    assert vocabulary(["Hiking and pottery, more hiking", "Hiking again"]) == {"again": 0.5, "hiking": 1.0, "pottery": 0.5}
+    words = ["activity", "hiking", "pottery", "taxes"]
+    matrix = np.array([[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]])
+    query = np.array([1.0, 0.0])
+    assert neighbours("activities", query, words, matrix, at_least=0.5, k=3) == ["hiking", "pottery"]  # "activ..." left out
+    assert neighbours("activities", query, words, matrix, at_least=0.5, k=1) == ["hiking"]
+    first = KeywordResult(hits=[KeywordHit(chunk_id=1, score=1.0, bm25=4.0), KeywordHit(chunk_id=2, score=0.5, bm25=2.0)],
+                          lexemes=["activ"], idf={"activ": 2.0})
+    second = KeywordResult(hits=[KeywordHit(chunk_id=2, score=1.0, bm25=3.0), KeywordHit(chunk_id=3, score=0.5, bm25=1.5)],
+                           lexemes=["hike"], idf={"hike": 2.0})
+    merged = lifted(first, second, weight=1.0)
+    assert [(hit.chunk_id, round(hit.score, 3)) for hit in merged.hits] == [(2, 1.0), (1, 0.667), (3, 0.333)]
+    assert merged.lexemes == ["activ"]  # the snippets still show the question's own words
