@@ -23,7 +23,9 @@ search waits for them.
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/word_neighbours.py \\
         --reuse s40 --part tune --variant 'wn0.3:MEMORYHUB_SEARCH_EXP_NEIGHBOURS=0.3'
 
-Arguments after the script name are bench_variants' own.
+Arguments after the script name are bench_variants' own. With ``--daily-notes`` first, the questions
+are asked of daily notes instead (daily_notes_check.py's set, indexed by that script under the same
+``--reuse`` tag first).
 """
 
 import os
@@ -110,7 +112,7 @@ def lifted(first, second, *, weight: float):
     return KeywordResult(hits=hits, lexemes=first.lexemes, idf=first.idf, exact=first.exact)
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], *, daily_notes: bool = False) -> None:
     from django.core.management import call_command
 
     import search.services as services
@@ -159,8 +161,16 @@ def main(argv: list[str]) -> None:
         return lifted(first, second, weight=weight)
 
     services.keyword_candidates = keyword_candidates
-    call_command("bench_variants", *argv)
+    if daily_notes:
+        from benchmarks.experiments.daily_notes_check import daily_notes_load
+        from benchmarks.experiments.derived import bench_variants_on_locomo
+        from benchmarks.locomo import CATEGORIES
+
+        bench_variants_on_locomo(argv, name="locomo", categories=CATEGORIES, load=daily_notes_load)
+    else:
+        call_command("bench_variants", *argv)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    arguments = sys.argv[1:]
+    main([a for a in arguments if a != "--daily-notes"], daily_notes="--daily-notes" in arguments)
