@@ -15,7 +15,10 @@ scaled so the best is 1 again. Variant settings, read only here:
 - ``MEMORYHUB_SEARCH_EXP_NEIGHBOURS_MIN=t`` (default 0.6) and ``MEMORYHUB_SEARCH_EXP_NEIGHBOURS_K=k``
   (default 3);
 - ``MEMORYHUB_SEARCH_EXP_NEIGHBOURS_MAX_SHARE=s`` (default 1, every word): only the question's words that
-  stand in at most a share ``s`` of the agent's chunks are expanded (0: only words the memory lacks).
+  stand in at most a share ``s`` of the agent's chunks are expanded (0: only words the memory lacks);
+- ``MEMORYHUB_SEARCH_EXP_NEIGHBOURS_MIN_IDF=x`` (default 0, every word): the same gate read off the
+  keyword half instead, as the service could: only words a lexeme of which has a BM25 IDF of at least
+  ``x`` in the agent, or stands in none of its chunks (3.8 is a share of about 2 %).
 
 The vocabularies are embedded before the questions (each distinct word once for all agents), so no
 search waits for them.
@@ -28,6 +31,7 @@ are asked of daily notes instead (daily_notes_check.py's set, indexed by that sc
 ``--reuse`` tag first).
 """
 
+import math
 import os
 import re
 import sys
@@ -119,6 +123,7 @@ def main(argv: list[str], *, daily_notes: bool = False) -> None:
     from agents.models import Agent
     from indexing.embeddings import get_provider
     from indexing.models import Chunk
+    from search.keyword import query_lexemes
 
     provider = get_provider()
     vectors: dict[str, np.ndarray] = {}
@@ -151,6 +156,9 @@ def main(argv: list[str], *, daily_notes: bool = False) -> None:
         vocab, matrix, shares = vocabularies[agent_id]
         max_share = float(getattr(settings, "MEMORYHUB_SEARCH_EXP_NEIGHBOURS_MAX_SHARE", 1))
         words = [w for w in words if shares.get(w, 0.0) <= max_share]
+        min_idf = float(getattr(settings, "MEMORYHUB_SEARCH_EXP_NEIGHBOURS_MIN_IDF", 0))
+        if min_idf:
+            words = [w for w in words if any(first.idf.get(x, math.inf) >= min_idf for x in query_lexemes(w))]
         embedded(words)
         at_least = float(getattr(settings, "MEMORYHUB_SEARCH_EXP_NEIGHBOURS_MIN", 0.6))
         k = int(getattr(settings, "MEMORYHUB_SEARCH_EXP_NEIGHBOURS_K", 3))
