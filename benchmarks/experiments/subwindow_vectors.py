@@ -44,7 +44,7 @@ from indexing.embeddings import get_provider  # noqa: E402
 from indexing.models import Chunk  # noqa: E402
 from search.vector import VectorHit  # noqa: E402
 
-TAG = os.environ["SUBWIN_TAG"]
+TAG = os.environ.get("SUBWIN_TAG", "")
 WINDOW_TOKENS = int(os.environ.get("SUBWIN_TOKENS", "220"))
 OVERLAP_TOKENS = int(os.environ.get("SUBWIN_OVERLAP", "0"))
 WITH_CHUNK = bool(os.environ.get("SUBWIN_WITH_CHUNK"))
@@ -83,14 +83,10 @@ def windows_embedded() -> dict[int, tuple[list, np.ndarray]]:
     return {agent_id: (items, np.stack([item[4] for item in items])) for agent_id, items in by_agent.items()}
 
 
-MATRICES = windows_embedded()
-nearest_before = search_services._nearest
-
-
-def nearest(*, agent, vectors, identity, filters, limit, has_index):
-    if not getattr(settings, "MEMORYHUB_SEARCH_SUBWIN", 0):
-        return nearest_before(agent=agent, vectors=vectors, identity=identity, filters=filters, limit=limit, has_index=has_index)
-    items, matrix = MATRICES[agent.pk]
+def best_window_hits(items: list, matrix: np.ndarray, vectors: list[list[float]], *, limit: int) -> list[VectorHit]:
+    """Each chunk at the best cosine distance of any of its windows (``items``: chunk id, file id, start
+    line, end line, vector; ``matrix``: their unit vectors as rows) to any window of the query
+    (``vectors``), nearest first, at most ``limit``."""
     queries = np.stack([np.asarray(v, dtype=np.float32) / np.linalg.norm(v) for v in vectors])
     distances = 1.0 - (matrix @ queries.T).max(axis=1)
     best: dict[int, VectorHit] = {}
@@ -100,5 +96,21 @@ def nearest(*, agent, vectors, identity, filters, limit, has_index):
     return sorted(best.values(), key=lambda hit: (hit.distance, hit.chunk_id))[:limit]
 
 
-search_services._nearest = nearest
-call_command("bench_variants", *sys.argv[1:])
+def main(argv: list[str]) -> None:
+    if not TAG:
+        sys.exit("set SUBWIN_TAG to the --reuse tag of the bench_variants agents")
+    matrices = windows_embedded()
+    nearest_before = search_services._nearest
+
+    def nearest(*, agent, vectors, identity, filters, limit, has_index):
+        if not getattr(settings, "MEMORYHUB_SEARCH_SUBWIN", 0):
+            return nearest_before(agent=agent, vectors=vectors, identity=identity, filters=filters, limit=limit, has_index=has_index)
+        items, matrix = matrices[agent.pk]
+        return best_window_hits(items, matrix, vectors, limit=limit)
+
+    search_services._nearest = nearest
+    call_command("bench_variants", *argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

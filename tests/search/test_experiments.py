@@ -5,7 +5,8 @@ single_file_check.py: a conversation's sessions joined into one file, its turns'
 candidate_stages.py: the speaker and centring stages' arithmetic;
 line_meaning.py: the lines of a snippet scored by meaning beside their query words;
 common_words.py: a question without the words most of the memory's chunks hold;
-word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query."""
+word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query;
+subwindow_vectors.py: a chunk at the best distance of its windows; fitted_fusion.py: its features and proxy."""
 
 import math
 
@@ -15,9 +16,11 @@ from benchmarks.experiments.candidate_stages import centred, named_speakers, spe
 from benchmarks.experiments.common_words import combined, stripped, word_shares
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
+from benchmarks.experiments.fitted_fusion import features, peak, proxy
 from benchmarks.experiments.line_meaning import meaning_scores
 from benchmarks.experiments.observations_check import observations_load
 from benchmarks.experiments.single_file_check import PATH, single_file_load
+from benchmarks.experiments.subwindow_vectors import best_window_hits
 from benchmarks.experiments.word_neighbours import content_words, lifted, neighbours, vocabulary
 from benchmarks.locomo import conversation_load
 
@@ -203,3 +206,33 @@ def test_a_questions_content_words_bring_the_memorys_nearest_words_and_lift_the_
     merged = lifted(first, second, weight=1.0)
     assert [(hit.chunk_id, round(hit.score, 3)) for hit in merged.hits] == [(2, 1.0), (1, 0.667), (3, 0.333)]
     assert merged.lexemes == ["activ"]  # the snippets still show the question's own words
+
+
+def test_a_chunk_is_scored_by_the_best_of_its_windows_against_any_window_of_the_query():
+    import numpy as np
+
+    rows = [(7, 1, 1, 4, None), (7, 1, 1, 4, None), (8, 1, 5, 9, None)]  # chunk 7 has two windows
+    matrix = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    hits = best_window_hits(rows, matrix, [[0.0, 2.0]], limit=5)
+    assert [(hit.chunk_id, round(hit.distance, 3)) for hit in hits] == [(7, 0.0), (8, 0.2)]
+    hits = best_window_hits(rows, matrix, [[0.0, -1.0], [0.6, 0.8]], limit=2)  # a query of two windows
+    assert [(hit.chunk_id, round(hit.distance, 3), hit.start_line) for hit in hits] == [(8, 0.0, 5), (7, 0.2, 1)]
+    assert len(best_window_hits(rows, matrix, [[0.0, -1.0], [0.6, 0.8]], limit=1)) == 1
+
+
+def test_the_fitted_fusions_features_and_proxy():
+    from types import SimpleNamespace
+
+    assert peak([1.0] * 9) == 0.0 and peak([1.0] + [0.5] * 8 + [0.25]) == pytest.approx(0.75)
+    candidates = [SimpleNamespace(chunk_id=1, score=0.9), SimpleNamespace(chunk_id=2, score=0.5)]
+    spans = {1: (10, 1, 5), 2: (10, 6, 9)}
+    rows = features(candidates, spans, {"vector": {1: 0.8, 2: 0.4}, "keyword": {2: 1.0}, "fused": {1: 0.9, 2: 0.5}})
+    assert rows[1]["vmm"] == 1.0 and rows[2]["vmm"] == 0.0 and rows[1]["has_k"] is False and rows[2]["k"] == 1.0
+    assert rows[1]["nb"] == 0.5 / 2 and rows[2]["nb"] == 0.9 / 2  # the neighbour after / before, halved
+    assert rows[1]["vrank"] == 1.0 and rows[2]["krank"] == 1.0
+    question = {"set": "locomo", "n_ev": 2, "cands": [
+        {"file": 10, "s": 1, "e": 5, "label": 1, "final": 0.9},
+        {"file": 10, "s": 2, "e": 5, "label": 1, "final": 0.8},  # mostly inside the first: skipped
+        {"file": 10, "s": 6, "e": 9, "label": 0, "final": 0.5},
+    ]}
+    assert proxy([question], lambda row: row["final"]) == {"locomo": 0.5}
