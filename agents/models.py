@@ -96,6 +96,8 @@ class TeamMembership(models.Model):
 
 # Agents not being deleted: the only ones a token, a grant, a command or a new job may act on.
 LIVE = models.Q(deletion_requested_at__isnull=True)
+# Rows whose agent is not being deleted (a filter on any model with an ``agent`` foreign key).
+LIVE_AGENT = models.Q(agent__deletion_requested_at__isnull=True)
 
 
 class AgentQuerySet(models.QuerySet):

@@ -13,11 +13,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import LIVE_AGENT, Agent
 from indexing.embedding_identity import configured_identity
 from indexing.locks import agent_lock, files_lock, files_update
 from indexing.models import Chunk, IndexJob, MemoryFile
-from indexing.recovery import LIVE_AGENT, agent_deletion_dispatch, job_enqueue_on_commit
+from indexing.recovery import agent_deletion_dispatch, job_enqueue_on_commit
 from indexing.services import index_job_fail
 from indexing.states import IN_FLIGHT, OWNING_JOBS, job_to_queued, to_pending
 from memoryhub.domain import NotFound

@@ -30,6 +30,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents.models import LIVE_AGENT
 from indexing.models import IndexJob, MemoryFile
 from indexing.states import ACTIVE_JOBS, job_to_queued, to_pending
 
@@ -51,11 +52,6 @@ PROBE_TEXT = "memoryhub provider probe"
 # sweeps' work. They go to the background queue, which workers read in turn with the main one, so they
 # never stand in front of a tenant's upload (settings.CELERY_TASK_QUEUES).
 BACKGROUND_TRIGGERS = frozenset({IndexJob.Trigger.REINDEX, IndexJob.Trigger.SCHEDULE})
-
-
-# Rows of agents not being deleted (a filter on an IndexJob's or a MemoryFile's agent): no sweep queues
-# anything of an agent whose rows are on their way out.
-LIVE_AGENT = Q(agent__deletion_requested_at__isnull=True)
 
 
 def job_queue(trigger: str) -> str:

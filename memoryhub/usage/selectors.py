@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from django.db.models import Sum
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import LIVE_AGENT, Agent
 from memoryhub.usage.models import SearchEvent, UsageHour
 from memoryhub.usage.services import hour_floor
 
@@ -39,7 +39,7 @@ def usage_overview(
     today = current.replace(hour=0)
     days = [today - timedelta(days=n) for n in range(DAYS - 1, -1, -1)]
 
-    usage = UsageHour.objects.filter(hour__gte=days[0], agent__deletion_requested_at__isnull=True)
+    usage = UsageHour.objects.filter(LIVE_AGENT, hour__gte=days[0])
     if team_ids is not None:
         usage = usage.filter(agent__team__in=team_ids)
     if agent is not None:
@@ -58,17 +58,14 @@ def usage_overview(
         overview.daily[name] = [by_day[day] for day in days]
 
     day_ago = now - timedelta(days=1)
-    slowest = (
-        SearchEvent.objects.filter(created_at__gte=day_ago, agent__deletion_requested_at__isnull=True)
-        .select_related("agent").order_by("-took_ms")
-    )
+    slowest = SearchEvent.objects.filter(LIVE_AGENT, created_at__gte=day_ago).select_related("agent").order_by("-took_ms")
     if team_ids is not None:
         slowest = slowest.filter(agent__team__in=team_ids)
     if agent is not None:
         slowest = slowest.filter(agent=agent)
     overview.slowest = list(slowest[:10])
     if agent is None:
-        busiest = UsageHour.objects.filter(hour__gte=current - timedelta(hours=23), agent__deletion_requested_at__isnull=True)
+        busiest = UsageHour.objects.filter(LIVE_AGENT, hour__gte=current - timedelta(hours=23))
         if team_ids is not None:
             busiest = busiest.filter(agent__team__in=team_ids)
         overview.busiest = list(

@@ -12,7 +12,7 @@ from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import LIVE_AGENT, Agent
 from indexing.models import IndexJob, MemoryFile
 from memoryhub.usage.models import SearchEvent, UsageHour
 
@@ -189,7 +189,7 @@ def usage_rollup(*, now: datetime | None = None) -> int:
         return rows.setdefault((agent_id, hour), {name: 0 for name in _COUNTERS})
 
     searches = (
-        SearchEvent.objects.filter(created_at__gte=start, agent__deletion_requested_at__isnull=True)
+        SearchEvent.objects.filter(LIVE_AGENT, created_at__gte=start)
         .annotate(bucket=TruncHour("created_at"))
         .values("agent_id", "bucket")
         .annotate(n=Count("id"))
@@ -197,7 +197,7 @@ def usage_rollup(*, now: datetime | None = None) -> int:
     for item in searches:
         row(item["agent_id"], item["bucket"])["searches"] = item["n"]
     jobs = (
-        IndexJob.objects.filter(created_at__gte=start, agent__deletion_requested_at__isnull=True)
+        IndexJob.objects.filter(LIVE_AGENT, created_at__gte=start)
         .annotate(bucket=TruncHour("created_at"))
         .values("agent_id", "bucket")
         .annotate(
@@ -215,7 +215,7 @@ def usage_rollup(*, now: datetime | None = None) -> int:
     past = [UsageHour(agent_id=agent_id, hour=hour, **values) for (agent_id, hour), values in rows.items() if hour != current]
     UsageHour.objects.bulk_create(past, update_conflicts=True, unique_fields=["agent", "hour"], update_fields=_COUNTERS)
 
-    stored = MemoryFile.objects.filter(agent__deletion_requested_at__isnull=True).values("agent_id").annotate(files=Count("id"), bytes=Sum("size"))
+    stored = MemoryFile.objects.filter(LIVE_AGENT).values("agent_id").annotate(files=Count("id"), bytes=Sum("size"))
     present = []
     for item in stored:
         values = rows.pop((item["agent_id"], current), {name: 0 for name in _COUNTERS})
