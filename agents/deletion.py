@@ -43,6 +43,8 @@ ADVISORY_LOCK_CLASS = 0x6D68_6164  # "mhad"
 # Rounds of "delete what is left, then try the agent's row" in one run, when writes that were already
 # under way at the mark keep adding rows; the next run (or the sweep's) goes on after that.
 FINAL_ROUNDS = 3
+# PurgeOutcome.skipped of a run that found the agent's lock held: another run is deleting it.
+BUSY = "another run is deleting this agent"
 
 
 @dataclass
@@ -202,7 +204,7 @@ def agent_purge(*, agent_id: int, seconds: float | None = None) -> PurgeOutcome:
     budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2 if seconds is None else seconds
     with advisory_lock(ADVISORY_LOCK_CLASS, agent_id) as acquired:
         if not acquired:
-            outcome.skipped = "another run is deleting this agent"
+            outcome.skipped = BUSY
             return outcome
         try:
             _purge_rounds(agent_id=agent_id, outcome=outcome, deadline=started + budget)
@@ -226,7 +228,8 @@ def agent_delete_here(*, agent_id: int, pause: float = 0.2) -> PurgeOutcome:
     When another run holds the agent (a worker's task), this waits for it."""
     Agent.objects.live().filter(pk=agent_id).update(deletion_requested_at=timezone.now())
     while not (outcome := agent_purge(agent_id=agent_id)).finished:
-        if outcome.skipped and outcome.skipped != "another run is deleting this agent":
+        if outcome.skipped == BUSY:
+            time.sleep(pause)
+        elif outcome.skipped:
             raise RuntimeError(f"agent {agent_id}: {outcome.skipped}")
-        time.sleep(pause if outcome.skipped else 0)
     return outcome
