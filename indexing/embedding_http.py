@@ -148,9 +148,9 @@ class HTTPEmbeddingProvider(BatchingProvider):
             except _HTTPStatus as exc:
                 status = exc.status
                 message = f"HTTP {status} from the {self.name} embedding endpoint: {exc}"
-                if exc.status in _REJECTED_INPUT_STATUSES:
+                if status in _REJECTED_INPUT_STATUSES:
                     raise _RejectedRequest(message) from None
-                if exc.status not in _TRANSIENT_STATUSES and exc.status < 500:
+                if status not in _TRANSIENT_STATUSES and status < 500:
                     raise ProviderPermanentError(message) from None
                 retry_after = exc.retry_after
             except (TimeoutError, socket.timeout):

@@ -28,10 +28,11 @@ the result (EmbeddingWindow, one row per identity and endpoint; the admin lists 
 deleting the row measures again: processes read it again within FOUND_RECHECK_SECONDS).
 Each probe request is tried once, without the provider's retries, so a provider that is down or hangs
 costs the first indexing at most one request timeout; only a rate limit (HTTP 429: the provider is up
-but busy) is tried again, PROBE_RATE_LIMIT_RETRIES times after at most PROBE_RATE_LIMIT_WAIT seconds. Until a measurement exists (the provider was down
-at the first indexing; the process tries again after PROBE_RETRY_SECONDS) chunks and query windows use
-UNMEASURED_WINDOW, a size every model the service knows reads whole. MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
-set explicitly turns the probe off (MEMORYHUB_EMBEDDING_WINDOW_PROBE), and the setting is the window.
+but busy) is tried again, PROBE_RATE_LIMIT_RETRIES times after at most PROBE_RATE_LIMIT_WAIT seconds.
+Until a measurement exists (the provider was down at the first indexing; the process tries again after
+PROBE_RETRY_SECONDS) chunks and query windows use UNMEASURED_WINDOW, a size every model the service knows
+reads whole. MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS set explicitly turns the probe off
+(MEMORYHUB_EMBEDDING_WINDOW_PROBE), and the setting is the window.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def window_measure(provider) -> int | None:
         return None
     limit = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
     try:
-        read, cut = probe(_one_attempt(provider), limit=limit)
+        read, cut = probe(_probe_retries(provider), limit=limit)
     except (ProviderError, ProbeFailed) as exc:
         logger.warning("could not measure the window of %s (%s); chunks hold %d tokens meanwhile", key[0], exc, UNMEASURED_WINDOW)
         with _cache_lock:
@@ -157,7 +158,7 @@ def window_measure(provider) -> int | None:
     return row.tokens
 
 
-def _one_attempt(provider):
+def _probe_retries(provider):
     """``provider`` trying each request once, but for a rate limit: the probe runs before the file is
     chunked, so a provider that hangs or fails may cost the indexing one request timeout
     (MEMORYHUB_EMBEDDING_TIMEOUT), not the provider's retries (MEMORYHUB_EMBEDDING_MAX_RETRIES, up to
@@ -167,9 +168,9 @@ def _one_attempt(provider):
 
     if getattr(provider, "retry", None) is None:
         return provider
-    once = copy.copy(provider)
-    once.retry = RetryPolicy(max_retries=PROBE_RATE_LIMIT_RETRIES, max_delay=PROBE_RATE_LIMIT_WAIT, rate_limits_only=True)
-    return once
+    probing = copy.copy(provider)
+    probing.retry = RetryPolicy(max_retries=PROBE_RATE_LIMIT_RETRIES, max_delay=PROBE_RATE_LIMIT_WAIT, rate_limits_only=True)
+    return probing
 
 
 def probe(provider, *, limit: int) -> tuple[int, bool]:
