@@ -38,11 +38,11 @@ from django.conf import settings  # noqa: E402
 WORD = re.compile(r"[A-Za-z0-9']+")
 
 
-def word_shares(texts: list[str]) -> dict[str, float]:
-    """Each lower-cased word: the share of ``texts`` it stands in."""
+def word_shares(texts: list[str], *, word_pattern: re.Pattern = WORD) -> dict[str, float]:
+    """Each lower-cased word (a match of ``word_pattern``): the share of ``texts`` it stands in."""
     counts: dict[str, int] = {}
     for text in texts:
-        for word in {w.lower() for w in WORD.findall(text)}:
+        for word in {w.lower() for w in word_pattern.findall(text)}:
             counts[word] = counts.get(word, 0) + 1
     return {word: n / len(texts) for word, n in counts.items()} if texts else {}
 

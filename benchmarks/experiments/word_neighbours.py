@@ -45,6 +45,8 @@ django.setup()
 import numpy as np  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from benchmarks.experiments.common_words import word_shares  # noqa: E402
+
 WORD = re.compile(r"[A-Za-z][a-z]+")
 MAX_QUESTION_WORDS = 30
 STOP = set(
@@ -74,12 +76,8 @@ def content_words(question: str) -> list[str]:
 def vocabulary(texts: list[str]) -> dict[str, float]:
     """The words of ``texts`` worth a vector (three letters or more, not stop words), each with the share
     of ``texts`` it stands in."""
-    counts: dict[str, int] = {}
-    for text in texts:
-        for word in {w.lower() for w in WORD.findall(text)}:
-            if len(word) >= 3 and word not in STOP:
-                counts[word] = counts.get(word, 0) + 1
-    return {word: counts[word] / len(texts) for word in sorted(counts)}
+    shares = word_shares(texts, word_pattern=WORD)
+    return {word: shares[word] for word in sorted(shares) if len(word) >= 3 and word not in STOP}
 
 
 def neighbours(word: str, vector, words: list[str], matrix, *, at_least: float, k: int) -> list[str]:
