@@ -87,6 +87,14 @@ class AgentStatusApi(APIView):
             help_text="Batches of this agent's texts in flight at the provider's batch API (half price, results within "
             "its window, up to 24 h). Their files are keyword-searchable meanwhile and count in awaiting_vectors.",
         )
+        class MemoryWordsSerializer(serializers.Serializer):
+            words = serializers.IntegerField(help_text="Words of the memory read for keyword expansion.")
+            embedded = serializers.IntegerField(help_text="Of these, the words with a vector of the configured model.")
+
+        memory_words = MemoryWordsSerializer(
+            help_text="The memory's words for keyword expansion (search): read and embedded by a periodic task "
+            "after indexing; a search expands with the embedded ones."
+        )
         last_indexed_at = serializers.DateTimeField(allow_null=True)
 
     def get(self, request):

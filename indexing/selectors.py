@@ -12,6 +12,7 @@ from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 from indexing.window_probe import model_window_source
 from memoryhub.domain import NotFound
+from search.models import MemoryWord
 
 
 def agent_index_status(*, agent: Agent) -> dict:
@@ -50,6 +51,9 @@ def agent_index_status(*, agent: Agent) -> dict:
             "window_source": window_source,
         },
         "embedding_batches": batches,
+        "memory_words": MemoryWord.objects.filter(agent=agent).aggregate(
+            words=Count("id"), embedded=Count("id", filter=Q(embedding_identity=identity.key) & ~Q(embedding_identity=""))
+        ),
         "last_indexed_at": files["last_indexed_at"],
     }
 

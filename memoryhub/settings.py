@@ -532,6 +532,23 @@ MEMORYHUB_SEARCH_DATE_MAX_LEXEMES = env_int("MEMORYHUB_SEARCH_DATE_MAX_LEXEMES",
 # chunks is carried by them, and no chunk is lowered (search/fusion.py neighbour_credit). 0 = off. 0.5
 # helped the meetings on both parts and cost LoCoMo nothing (docs/search.md).
 MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT = env_float("MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT", 0.5, minimum=0, maximum=4)
+# Keyword expansion by words of like meaning (search/expansion.py): each content word of a question of at
+# most EXPANSION_MAX_QUERY_WORDS words whose BM25 IDF in the agent is at least EXPANSION_MIN_IDF (a word
+# few of its chunks hold), or which none of them holds, brings the EXPANSION_NEIGHBOURS words of the
+# agent's memory nearest to it in meaning (cosine at least EXPANSION_MIN_SIMILARITY); those words are a
+# second keyword query, and each chunk's keyword score becomes its own + WEIGHT x its score there, scaled
+# so the best is 1 again. WEIGHT 0 = off. The memory's words (at most EXPANSION_MAX_WORDS per agent) are
+# read from its chunks and embedded by the `memory_words` task every EXPANSION_INTERVAL seconds. Measured
+# in docs/search.md.
+MEMORYHUB_SEARCH_EXPANSION_WEIGHT = env_float("MEMORYHUB_SEARCH_EXPANSION_WEIGHT", 0.3, minimum=0, maximum=4)
+MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = env_float("MEMORYHUB_SEARCH_EXPANSION_MIN_IDF", 3.0, minimum=0)
+MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY = env_float(
+    "MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY", 0.6, minimum=0, maximum=1
+)
+MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS = env_int("MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS", 3, minimum=1, maximum=20)
+MEMORYHUB_SEARCH_EXPANSION_MAX_QUERY_WORDS = env_int("MEMORYHUB_SEARCH_EXPANSION_MAX_QUERY_WORDS", 30, minimum=1, maximum=200)
+MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = env_int("MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS", 20_000, minimum=0, maximum=1_000_000)
+MEMORYHUB_SEARCH_EXPANSION_INTERVAL = env_int("MEMORYHUB_SEARCH_EXPANSION_INTERVAL", 60, minimum=5)
 # Query embeddings kept in memory per process (an LRU); 0 turns the cache off.
 MEMORYHUB_SEARCH_QUERY_CACHE_SIZE = env_int("MEMORYHUB_SEARCH_QUERY_CACHE_SIZE", 256, minimum=0, maximum=1_000_000)
 # A hit's second snippet (its chunk's lines not shown yet) competes with other hits at the hit's score
@@ -596,6 +613,11 @@ CELERY_BEAT_SCHEDULE["search-vector-indexes"] = {
 CELERY_BEAT_SCHEDULE["search-keyword-stats"] = {
     "task": "search.tasks.keyword_stats_task",
     "schedule": float(MEMORYHUB_SEARCH_KEYWORD_STATS_INTERVAL),
+}
+CELERY_BEAT_SCHEDULE["search-memory-words"] = {
+    "task": "search.tasks.memory_words_task",
+    "schedule": float(MEMORYHUB_SEARCH_EXPANSION_INTERVAL),
+    "options": {"expires": float(MEMORYHUB_SEARCH_EXPANSION_INTERVAL)},
 }
 
 # --- Integrations: tools, MCP, admin console (integrations) --------------------------------------

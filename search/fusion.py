@@ -61,6 +61,9 @@ class Candidate:
     # least as well as itself on average (neighbour_credit), or it is the best of a long run of touching
     # chunks among the best (stretch_runs). None: no neighbour among the candidates.
     in_stretch: bool | None = None
+    # Keyword expansion (search/expansion.py): the part of keyword_score its words gave, and the words.
+    expansion_score: float | None = None
+    expansion: dict[str, list[str]] | None = None
 
     def explain(self) -> dict:
         explained = {
@@ -77,6 +80,10 @@ class Candidate:
             explained["date_match"] = self.date_match
         if self.in_stretch is not None:
             explained["in_stretch"] = self.in_stretch
+        if self.expansion_score is not None:
+            explained["expansion_score"] = round(self.expansion_score, 4)
+        if self.expansion:
+            explained["expansion"] = self.expansion
         return explained
 
 
@@ -112,6 +119,7 @@ def fuse(
         candidate = candidates.setdefault(hit.chunk_id, Candidate(hit.chunk_id))
         if candidate.keyword_rank is None:
             candidate.keyword_rank, candidate.keyword_score = rank, max(0.0, min(1.0, hit.score))
+            candidate.expansion_score = hit.expansion_score
 
     total = vector_weight + keyword_weight
     if method == "adaptive":

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
@@ -54,6 +54,8 @@ class KeywordHit:
     file_id: int = 0
     start_line: int = 0
     end_line: int = 0
+    # The part of ``score`` that keyword expansion gave (search/expansion.py), or None.
+    expansion_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class KeywordResult:
     # Whether the first min(limit, EXACT_DEPTH) hits are proven to be those of an unbounded BM25 with the
     # same IDFs: always, but for a large agent whose search reached MAX_SCORED_ROWS (see SCORE_BUDGET).
     exact: bool = True
+    # Keyword expansion (search/expansion.py): each expanded question word → the memory words it searched.
+    expansion: dict[str, list[str]] = field(default_factory=dict)
 
 
 # The query's lexemes in query order (parameters: KEYWORD_CONFIG, keyword_document(query)).

@@ -2,6 +2,7 @@
 agent with 100k chunks reads each query word's document frequency from a table instead of counting it."""
 
 from django.db import models
+from pgvector.django import VectorField
 
 from agents.models import Agent
 
@@ -31,3 +32,27 @@ class KeywordTermStats(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "lexeme"], name="keyword_term_agent_lexeme_uniq")]
+
+
+class MemoryWord(models.Model):
+    """One word of an agent's memory with its vector, for keyword expansion (search/expansion.py): a
+    question's rare word also searches for the memory's words nearest to it in meaning."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    word = models.CharField(max_length=40)
+    # provider:model:dimensions of ``embedding``; blank until the word is embedded (or after a model change
+    # until it is embedded again).
+    embedding_identity = models.CharField(max_length=255, blank=True)
+    embedding = VectorField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "word"], name="memory_word_agent_word_uniq")]
+
+
+class MemoryWordsState(models.Model):
+    """How far the agent's words have been read from its chunks (search/expansion.py)."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    # The largest chunk id whose words were read: the next run reads the chunks written since.
+    last_chunk_id = models.BigIntegerField(default=0)
+    words = models.PositiveIntegerField(default=0)  # rows in MemoryWord for the agent

@@ -182,8 +182,9 @@ class QueryBreaker:
             self._call("success")
 
 
-def embed_query_bounded(*, provider, text: str, timeout: float) -> list[list[float]]:
-    """The provider's vectors for ``text`` (one per window of a long query: search/query_windows.py)
+def embed_query_bounded(*, provider, text: str, timeout: float, words: tuple[str, ...] = ()) -> list[list[float]]:
+    """The provider's vectors for ``text`` (one per window of a long query: search/query_windows.py),
+    then one per word of ``words`` (keyword expansion's, search/expansion.py: in the same request),
     within ``timeout`` seconds (at most the configured query timeout per window: a query of eight
     windows is eight inputs to embed, and its slowness must not count as the provider failing), through
     the breaker. Raises BreakerOpen, or the provider's error (a timeout is a ProviderTransientError); a
@@ -192,7 +193,7 @@ def embed_query_bounded(*, provider, text: str, timeout: float) -> list[list[flo
     timeout = max(0.0, min(timeout, settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT * len(windows)))
     breaker = QueryBreaker(provider.identity.key)
     failures_before = breaker.before_call(probe_ttl=timeout + 1)
-    future = _executor.submit(query_vectors, provider=provider, windows=windows)
+    future = _executor.submit(query_vectors, provider=provider, windows=[*windows, *words])
     try:
         vectors = [[float(value) for value in vector] for vector in future.result(timeout=timeout)]
         for vector in vectors or [[]]:

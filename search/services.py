@@ -1,7 +1,8 @@
 """memory_search: the one entry point every caller uses (REST API, tools, MCP, admin playground).
 
-query → validate → embed the query (LRU-cached) → vector and keyword candidates of this agent only,
-a pool wider than max_results → fuse (search/fusion.py) → optional recency boost → a question's named
+query → validate → embed the query (LRU-cached; a question's content words with it) → vector and keyword
+candidates of this agent only, a pool wider than max_results → the keyword half expanded by the memory's
+words nearest to the question's rare words (search/expansion.py) → fuse (search/fusion.py) → optional recency boost → a question's named
 dates (search/dates.py) → min_score → a long query's results spread over what it talks about →
 overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
 
@@ -42,6 +43,7 @@ from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
+from search.expansion import WORDS, expansion_words, keyword_expanded
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
@@ -66,19 +68,22 @@ def _bad_request(message: str) -> InvalidInput:
 
 # --- Query embeddings, cached -------------------------------------------------------------------
 
-_query_cache: OrderedDict[tuple[str, int, str], list[list[float]]] = OrderedDict()
+_query_cache: OrderedDict[tuple[str, int, str, tuple[str, ...]], list[list[float]]] = OrderedDict()
 _query_cache_lock = threading.Lock()
 
 
-def query_embedding(*, provider, text: str, agent_id: int, timeout: float | None = None) -> list[list[float]]:
+def query_embedding(
+    *, provider, text: str, agent_id: int, timeout: float | None = None, words: tuple[str, ...] = ()
+) -> list[list[float]]:
     """The provider's vectors for a query: one, or one per window of a query longer than the model
-    reads (search/query_windows.py). The last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
+    reads (search/query_windows.py); then one per word of ``words`` (keyword expansion's: they ride in the
+    same request, search/expansion.py). The last MEMORYHUB_SEARCH_QUERY_CACHE_SIZE queries are kept
     (agents repeat questions, and an embedding call costs far more than the search itself), each in
     the asking agent's part of the cache as the embedding cache is (MEMORYHUB_EMBEDDING_CACHE_SCOPE): a
     search answered faster, and its ``took_ms``, must not tell an agent what another agent asked. The
     call is bounded in time and guarded by the circuit breaker (search/query_breaker.py)."""
     size = settings.MEMORYHUB_SEARCH_QUERY_CACHE_SIZE
-    key = (provider.identity.key, cache_scope(agent_id), text)
+    key = (provider.identity.key, cache_scope(agent_id), text, words)
     with _query_cache_lock:
         vector = _query_cache.get(key)
         if vector is not None:
@@ -88,7 +93,7 @@ def query_embedding(*, provider, text: str, agent_id: int, timeout: float | None
     if timeout is None:
         timeout = settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT
     try:
-        vector = embed_query_bounded(provider=provider, text=text, timeout=timeout)  # one per window
+        vector = embed_query_bounded(provider=provider, text=text, timeout=timeout, words=words)  # one per window, word
     except BreakerOpen:
         raise  # the provider was not called
     except Exception:
@@ -177,12 +182,17 @@ _PENDING_STATES = [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.val
 # The agent's HNSW index for the query's dimensions (search/vector.py's plan), read with its vectors: the
 # vector half then sends its query alone.
 _HAS_INDEX_SQL = f"EXISTS (SELECT 1 {USABLE_INDEX_SQL})"
+# Whether the agent has words embedded for keyword expansion (search/expansion.py): without them the
+# question's words are not embedded.
+_HAS_WORDS_SQL = f"EXISTS (SELECT 1 FROM {WORDS} WHERE agent_id = %(agent)s AND embedding_identity = %(identity)s)"
+_VECTOR_CHECKS_SQL = f"{_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}, {_HAS_WORDS_SQL}"
 
 
-def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> tuple[bool, bool]:
-    """(whether the agent has vectors of ``identity``, whether it has an HNSW index for them)."""
+def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> tuple[bool, bool, bool]:
+    """(whether the agent has vectors of ``identity``, whether it has an HNSW index for them, whether it has
+    words embedded with it)."""
     with read_connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}", _vector_params(agent=agent, identity=identity))
+        cursor.execute(f"SELECT {_VECTOR_CHECKS_SQL}", _vector_params(agent=agent, identity=identity))
         return tuple(cursor.fetchone())
 
 
@@ -202,27 +212,26 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
 
 def _search_checks(
     *, agent: Agent, identity: EmbeddingIdentity, want_vectors: bool, deadline: SearchDeadline
-) -> tuple[int, int, bool, bool]:
+) -> tuple[int, int, bool, bool, bool]:
     """(pending files, of which keyword search finds already, and when ``want_vectors`` whether the agent
-    has vectors of ``identity`` and an HNSW index for them): _pending_files on the primary and
-    _agent_has_vectors where the search reads."""
+    has vectors of ``identity``, an HNSW index for them and words embedded with it): _pending_files on
+    the primary and _agent_has_vectors where the search reads."""
     if current_read_alias() == DEFAULT_DB_ALIAS:
-        vectors = f"{_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}" if want_vectors else "false, false"
+        vectors = _VECTOR_CHECKS_SQL if want_vectors else "false, false, false"
         with deadline.queries():
             with read_connection.cursor() as cursor:
                 cursor.execute(
                     f"SELECT p.*, {vectors} FROM ({_PENDING_SQL}) p",
                     {"states": _PENDING_STATES, **_vector_params(agent=agent, identity=identity)},
                 )
-                pending, awaiting_vectors, has_vectors, has_index = cursor.fetchone()
-        return pending, awaiting_vectors, has_vectors, has_index
+                return cursor.fetchone()
     with deadline.queries(using=DEFAULT_DB_ALIAS):
         pending, awaiting_vectors = _pending_files(agent=agent)
-    has_vectors = has_index = False
+    has_vectors = has_index = has_words = False
     if want_vectors:
         with deadline.queries():
-            has_vectors, has_index = _agent_has_vectors(agent=agent, identity=identity)
-    return pending, awaiting_vectors, has_vectors, has_index
+            has_vectors, has_index, has_words = _agent_has_vectors(agent=agent, identity=identity)
+    return pending, awaiting_vectors, has_vectors, has_index, has_words
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -357,18 +366,24 @@ def _memory_search(
     # checks, the query embedding and its vector half. It needs none of them, so it starts first.
     keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
     try:
-        pending, awaiting_vectors, has_vectors, has_index = _search_checks(
+        pending, awaiting_vectors, has_vectors, has_index, has_words = _search_checks(
             agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline
         )
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
+    # Keyword expansion's words (search/expansion.py), embedded with the query: hybrid searches only.
+    words = tuple(expansion_words(query)) if used_mode == "hybrid" and has_words else ()
+    word_vectors: dict[str, list[float]] = {}
     if used_mode in ("hybrid", "vector"):
         embedding, why_not = _embed_for_search(
-            identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline
+            identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline,
+            words=words,
         )
         if embedding is None:
             notes.append(f"{why_not} Keyword search only.")
             used_mode = "keyword"
+        elif words:
+            embedding, word_vectors = embedding[: -len(words)], dict(zip(words, embedding[-len(words):]))
 
     vector_hits = []
     if embedding is not None:
@@ -387,6 +402,14 @@ def _memory_search(
                 keyword = keyword_half()
         except SearchTimedOut:
             used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
+    if keyword is not None and word_vectors and used_mode == "hybrid":
+        try:
+            with deadline.queries():
+                keyword = keyword_expanded(
+                    agent_id=agent.pk, identity_key=identity.key, keyword=keyword, vectors=word_vectors, filters=filters, limit=pool
+                )
+        except SearchTimedOut:
+            pass  # the keyword half as it was
     if keyword is None:
         try:
             with deadline.queries():
@@ -407,6 +430,10 @@ def _memory_search(
         vector=[(hit.chunk_id, hit.distance) for hit in vector_hits], keyword=keyword.hits, method=settings.MEMORYHUB_SEARCH_FUSION,
         vector_weight=weights[0], keyword_weight=weights[1], rrf_k=settings.MEMORYHUB_SEARCH_RRF_K,
     )
+    if explain and keyword.expansion:
+        for candidate in candidates:
+            if candidate.expansion_score is not None:
+                candidate.expansion = keyword.expansion
     candidates = neighbour_credit(candidates, spans=spans, weight=settings.MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT)
     results, best_below = _results(
         agent_id=agent.pk, deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
@@ -476,9 +503,10 @@ def _nearest(
 
 
 def _embed_for_search(
-    *, identity: EmbeddingIdentity, agent_id: int, query: str, has_vectors: bool, deadline: SearchDeadline
+    *, identity: EmbeddingIdentity, agent_id: int, query: str, has_vectors: bool, deadline: SearchDeadline,
+    words: tuple[str, ...] = (),
 ) -> tuple[list[list[float]] | None, str]:
-    """(the query's vectors, "") or (None, the reason vector search cannot run)."""
+    """(the query's vectors, then those of ``words``, "") or (None, the reason vector search cannot run)."""
     from indexing.embeddings import get_provider
 
     if not identity.has_vectors:
@@ -491,7 +519,7 @@ def _embed_for_search(
         provider = get_provider()
         if provider is None:
             return None, "Vector search is off (embedding provider 'none')."
-        vector = query_embedding(provider=provider, text=query, agent_id=agent_id, timeout=deadline.remaining())
+        vector = query_embedding(provider=provider, text=query, agent_id=agent_id, timeout=deadline.remaining(), words=words)
     except BreakerOpen as exc:
         return None, str(exc)
     except Exception as exc:  # any provider failure degrades to keyword search, never a 500

@@ -30,3 +30,25 @@ def keyword_stats_task() -> dict:
         "indexes_dropped": outcome.indexes_dropped,
         "skipped": outcome.skipped,
     }
+
+
+# A run of memory_words_task stops after this many seconds; the next run goes on where it stopped.
+MEMORY_WORDS_RUN_SECONDS = 50
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def memory_words_task() -> dict:
+    """Periodic (CELERY_BEAT_SCHEDULE): read the words of the chunks written since the last run and embed
+    the new ones, for keyword expansion (search/expansion.py). Safe to run twice."""
+    from search.expansion import memory_words_sync
+
+    outcome = memory_words_sync(seconds=MEMORY_WORDS_RUN_SECONDS)
+    return {
+        "agents": outcome.agents,
+        "chunks_read": outcome.chunks_read,
+        "words_added": outcome.words_added,
+        "words_embedded": outcome.words_embedded,
+        "errors": outcome.errors,
+        "finished": outcome.finished,
+        "skipped": outcome.skipped,
+    }

@@ -20,6 +20,10 @@ scaled so the best is 1 again. Variant settings, read only here:
   keyword half instead, as the service could: only words a lexeme of which has a BM25 IDF of at least
   ``x`` in the agent, or stands in none of its chunks (3.8 is a share of about 2 %).
 
+The service now expands by default (search/expansion.py, MEMORYHUB_SEARCH_EXPANSION_WEIGHT=0.3): to
+measure this experiment's forms, turn the service's off in the environment
+(``MEMORYHUB_SEARCH_EXPANSION_WEIGHT=0``), as the figures of docs/search.md's "stop 40" section were made.
+
 The vocabularies are embedded before the questions (each distinct word once for all agents), so no
 search waits for them.
 
@@ -33,7 +37,6 @@ are asked of daily notes instead (daily_notes_check.py's set, indexed by that sc
 
 import math
 import os
-import re
 import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
@@ -46,31 +49,12 @@ import numpy as np  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from benchmarks.experiments.common_words import word_shares  # noqa: E402
+from search import expansion  # noqa: E402
 
-WORD = re.compile(r"[A-Za-z][a-z]+")
 MAX_QUESTION_WORDS = 30
-STOP = set(
-    "the and for that this with you are was were have has had not but what when where which who whom why how "
-    "did does doing done can could would should will shall may might must about into from they them their "
-    "there then than its his her hers him she he our ours your yours mine any all some each every other such "
-    "only own same very just also too more most much many few been being one two like get got make made say "
-    "said tell told think know go went come came take took see saw want yes yeah okay well really thing things "
-    "something anything lot kind sort mean uh um".split()
-)
-
-
-def content_words(question: str) -> list[str]:
-    """The question's words worth expanding: lower-cased, not stop words, none capitalised past the first
-    word (names and roles)."""
-    out = []
-    for number, match in enumerate(WORD.finditer(question)):
-        word = match.group(0)
-        if number and word[0].isupper():
-            continue
-        word = word.lower()
-        if len(word) >= 3 and word not in STOP and word not in out:
-            out.append(word)
-    return out
+# The service's word form, stop words and question words (search/expansion.py, built from this experiment).
+WORD, STOP = expansion.WORD, expansion.STOP
+content_words = expansion.content_words
 
 
 def vocabulary(texts: list[str]) -> dict[str, float]:
@@ -97,21 +81,9 @@ def neighbours(word: str, vector, words: list[str], matrix, *, at_least: float, 
 
 
 def lifted(first, second, *, weight: float):
-    """The keyword hits of ``first`` with ``weight`` times their score in ``second`` added (hits only in
-    ``second`` join with that alone), scaled so the best scores 1."""
-    from search.keyword import KeywordHit, KeywordResult
-
-    scores = {hit.chunk_id: hit.score for hit in first.hits}
-    where = {hit.chunk_id: hit for hit in [*second.hits, *first.hits]}
-    for hit in second.hits:
-        scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight * hit.score
-    best = max(scores.values(), default=1.0) or 1.0
-    hits = [
-        KeywordHit(chunk_id=c, score=s / best, bm25=where[c].bm25, file_id=where[c].file_id,
-                   start_line=where[c].start_line, end_line=where[c].end_line)
-        for c, s in sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-    ]
-    return KeywordResult(hits=hits, lexemes=first.lexemes, idf=first.idf, exact=first.exact)
+    """The keyword hits of ``first`` with ``weight`` times their score in ``second`` added, scaled so the
+    best scores 1: the service's merge (search/expansion.py)."""
+    return expansion.lifted(first, second, weight=weight, expansion={})
 
 
 def main(argv: list[str], *, daily_notes: bool = False) -> None:

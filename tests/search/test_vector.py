@@ -312,12 +312,12 @@ def test_the_search_checks_read_this_agents_vectors_index_and_pending_files(alic
         with SearchDeadline() as deadline:
             return _search_checks(agent=member.agent, identity=identity, want_vectors=want_vectors, deadline=deadline)
 
-    assert checks(alice) == (0, 0, True, True)
+    assert checks(alice) == (0, 0, True, True, False)
     # bob's two files waiting (one of them for its vectors only); none of alice's vectors or index
-    assert checks(bob) == (2, 1, False, False)
-    assert checks(alice, want_vectors=False) == (0, 0, False, False)
+    assert checks(bob) == (2, 1, False, False, False)
+    assert checks(alice, want_vectors=False) == (0, 0, False, False, False)
     Chunk.objects.filter(agent=alice.agent).update(embedding_identity="fake:older-model:16")
-    assert checks(alice) == (0, 0, False, True)  # the index is there, but no vector of this identity
+    assert checks(alice) == (0, 0, False, True, False)  # the index is there, but no vector of this identity
     with connection.cursor() as cursor:
         cursor.execute(f'DROP INDEX "{agent_vector_index_name(agent_id=alice.agent.id, dimensions=DIMS)}"')
-    assert checks(alice) == (0, 0, False, False)
+    assert checks(alice) == (0, 0, False, False, False)

@@ -40,6 +40,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.deletion import agent_delete_here
 from agents.models import Agent
+from search.expansion import memory_words_sync
 from agents.services import agent_create, agent_token_create
 from benchmarks.bench_data import PARTS, dev_sets_load
 from benchmarks.locomo import percentile, question_details, question_score, scores_summary
@@ -65,8 +66,9 @@ class Api:
     """A tiny JSON client for one agent's token (urllib: no dependency, and no connection reuse, as a
     fresh agent process would do)."""
 
-    def __init__(self, base_url: str, token: str, timeout: float):
+    def __init__(self, base_url: str, token: str, timeout: float, agent_id: int = 0):
         self.base_url, self.token, self.timeout = base_url.rstrip("/"), token, timeout
+        self.agent_id = agent_id  # the agent the token belongs to (this command created it)
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         request = urllib.request.Request(
@@ -202,7 +204,7 @@ class Command(BaseCommand):
                         agent = agent_create(slug=f"bench-{dev.name}-{len(agents)}-{run}")
                         agents.append(agent)
                         _, token = agent_token_create(agent=agent, label="bench_search")
-                        apis.append(Api(base_url, token, timeout=options["timeout"]))
+                        apis.append(Api(base_url, token, timeout=options["timeout"], agent_id=agent.pk))
                     index = self._upload(dev.conversations, apis, timeout=options["timeout"])
                     sets[dev.name] = {"data": path, "index": index, **self._ask(
                         dev, apis, mode=options["mode"], details=details,
@@ -237,6 +239,9 @@ class Command(BaseCommand):
                     raise CommandError(f"indexing still pending after {timeout:.0f} s: {status}")
                 time.sleep(0.5)
             statuses.append(status)
+        # Keyword expansion's words (search/expansion.py), read and embedded here as the periodic task would:
+        # the questions must not race the task's next run.
+        words = memory_words_sync(agent_ids=[api.agent_id for api in apis])
         failed = sum(status["failed"] for status in statuses)
         if failed:
             self.stderr.write(f"warning: {failed} files failed to index; they count as not found")
@@ -246,6 +251,7 @@ class Command(BaseCommand):
             "failed": failed,
             "seconds": round(time.perf_counter() - started, 2),
             "embedding": statuses[0]["embedding"] if statuses else {},
+            "memory_words": {"added": words.words_added, "embedded": words.words_embedded, "errors": len(words.errors)},
         }
 
     @staticmethod

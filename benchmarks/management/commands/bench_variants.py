@@ -36,6 +36,7 @@ from django.test import override_settings
 
 from agents.deletion import agent_delete_here
 from agents.models import Agent
+from search.expansion import memory_words_sync
 from agents.services import agent_create
 from benchmarks.bench_data import PARTS, dev_sets_load
 from benchmarks.locomo import percentile, question_details, question_score, scores_summary
@@ -183,6 +184,7 @@ class Command(BaseCommand):
                 out.append(agent)
         finally:
             celery_app.conf.task_always_eager = eager
+        memory_words_sync(agent_ids=[agent.pk for agent in out])  # keyword expansion's words, as the periodic task would
         failed = MemoryFile.objects.filter(agent__in=out, state=MemoryFile.State.FAILED).count()
         if failed:
             self.stderr.write(f"warning: {failed} files of {dev.name} failed to index; their evidence counts as not found")

@@ -103,6 +103,8 @@ class Status(TypedDict):
     # Batches of this agent's texts in flight at the provider's batch API: id, provider, remote_id,
     # state, inputs, submitted_at, job.
     embedding_batches: list[dict[str, Any]]
+    # The memory's words for keyword expansion: words, embedded (with a vector of the model).
+    memory_words: dict[str, int]
     last_indexed_at: str | None
 
 

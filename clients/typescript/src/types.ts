@@ -115,6 +115,8 @@ export interface Status {
     submitted_at: string;
     job: number | null;
   }[];
+  /** The memory's words for keyword expansion: how many, and how many have a vector of the model. */
+  memory_words?: { words: number; embedded: number };
   last_indexed_at: string | null;
 }
 

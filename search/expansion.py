@@ -1,0 +1,326 @@
+"""Keyword expansion by words of like meaning: a question's rare word also searches for the memory's
+words nearest to it in meaning.
+
+Why: the keyword half finds only the words a question shares with its evidence. A meeting's question
+says "budget" where the transcript says "cost"; a question asks for "activities" where the notes say
+"hiking". The vector half reads meaning, but it scores whole chunks, and a chunk that holds one telling
+word among many others is far from the question. So every word of an agent's memory gets a vector of
+its own, and each content word of a short question that is rare in the memory (or absent from it)
+brings the memory's words nearest to it. Those words are searched as a second keyword query, and each
+chunk's keyword score becomes its own plus MEMORYHUB_SEARCH_EXPANSION_WEIGHT times its score there,
+scaled so the best is 1 again. Measured on both dev sets in docs/search.md ("Keyword expansion ...").
+
+Only rare words are expanded: a common word (the speakers' names, "meeting") already finds many chunks,
+and its neighbours would only add noise. Rare means a BM25 IDF of at least
+MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in the agent, as the keyword half computed it for this question.
+
+Two parts:
+
+- **The memory's words** (``memory_words_sync``, the periodic ``memory_words`` task): each agent's
+  chunks written since the last run are read, their new words stored (``MemoryWord``, at most
+  MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS per agent), and the words without a vector of the configured
+  model embedded. A provider failure leaves the words without vectors for the next run; the indexing
+  jobs never wait for this. A word stays when the text holding it goes: it then finds nothing.
+- **At search** (``keyword_expanded``): the question's content words are embedded with the query, in
+  the same provider request (search/services.py); after the keyword half, the rare ones look up their
+  nearest memory words (one exact scan of the agent's words) and the second keyword query runs, both
+  under the search's deadline. Out of time, or with no word near enough, the keyword half stays as it
+  was. Only the asking agent's words are read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from indexing.tables import AGENT, CHUNK
+from search.keyword import KeywordHit, KeywordResult, keyword_candidates, lines_lexemes
+from search.models import MemoryWord, MemoryWordsState
+from search.types import SearchFilters
+
+logger = logging.getLogger(__name__)
+
+WORDS = MemoryWord._meta.db_table
+WORDS_STATE = MemoryWordsState._meta.db_table
+
+# Words are ASCII letters, lower-cased: the measured form (docs/search.md). Longer words are not words.
+WORD = re.compile(r"[A-Za-z][a-z]+")
+MIN_WORD_CHARS = 3
+MAX_WORD_CHARS = 40
+# A question's words looked up at most (a question of 30 words has about 10 content words).
+MAX_EXPANDED_WORDS = 12
+# A word shares its first letters with its own forms (plan, plans, planning): those the keyword half's
+# stemming finds already, so they are not neighbours.
+SAME_STEM_CHARS = 5
+STOP = frozenset(
+    "the and for that this with you are was were have has had not but what when where which who whom why how "
+    "did does doing done can could would should will shall may might must about into from they them their "
+    "there then than its his her hers him she he our ours your yours mine any all some each every other such "
+    "only own same very just also too more most much many few been being one two like get got make made say "
+    "said tell told think know go went come came take took see saw want yes yeah okay well really thing things "
+    "something anything lot kind sort mean uh um".split()
+)
+
+# Advisory lock of a run of memory_words_sync: two runs never read the same agent's chunks at once.
+ADVISORY_LOCK_KEY = 0x6D68_7764  # "mhwd"
+# Chunks read per statement, and words embedded per provider request.
+CHUNKS_PER_READ = 500
+WORDS_PER_REQUEST = 256
+
+
+def content_words(question: str) -> list[str]:
+    """The question's words worth expanding, in order: lower-cased, not stop words, none capitalised past
+    the first word (names and roles, which have no synonyms)."""
+    out: list[str] = []
+    for number, match in enumerate(WORD.finditer(question)):
+        word = match.group(0)
+        if number and word[0].isupper():
+            continue
+        word = word.lower()
+        if MIN_WORD_CHARS <= len(word) <= MAX_WORD_CHARS and word not in STOP and word not in out:
+            out.append(word)
+    return out
+
+
+def expansion_words(query: str) -> list[str]:
+    """The words of ``query`` to embed with it for expansion: none when expansion is off or the query is
+    longer than a question (MEMORYHUB_SEARCH_EXPANSION_MAX_QUERY_WORDS words)."""
+    if settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT <= 0:
+        return []
+    if len(query.split()) > settings.MEMORYHUB_SEARCH_EXPANSION_MAX_QUERY_WORDS:
+        return []
+    return content_words(query)[:MAX_EXPANDED_WORDS]
+
+
+def text_words(text: str) -> set[str]:
+    """The words of a memory's text worth a vector."""
+    return {
+        word for word in (match.group(0).lower() for match in WORD.finditer(text))
+        if MIN_WORD_CHARS <= len(word) <= MAX_WORD_CHARS and word not in STOP
+    }
+
+
+# --- The memory's words ----------------------------------------------------------------------------
+
+
+@dataclass
+class WordsOutcome:
+    agents: int = 0  # agents with work done
+    chunks_read: int = 0
+    words_added: int = 0
+    words_embedded: int = 0
+    errors: dict[int, str] = field(default_factory=dict)  # agent id → why its words were not embedded
+    skipped: str = ""  # another run holds the lock
+    finished: bool = True  # False: the time budget ended the run with work left
+
+
+# Live agents whose chunks were written since their words were last read, or whose words lack a vector of
+# ``identity``: max(id) per agent is one probe of its partition's primary key.
+_AGENTS_WITH_WORK_SQL = f"""
+SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0)
+FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
+WHERE a.deletion_requested_at IS NULL
+  AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0)
+       OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id AND w.embedding_identity <> %(identity)s))
+ORDER BY a.id
+"""
+
+
+def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | None = None) -> WordsOutcome:
+    """Bring every agent's words up to date (or only ``agent_ids``'): read the chunks written since the
+    last run, store their new words, embed the words without a vector of the configured model. Stops
+    after ``seconds`` (the next run goes on where it stopped). Safe to run twice at once: the second run
+    returns with ``skipped`` set."""
+    from indexing.embedding_identity import configured_identity
+    from search.ddl import advisory_lock
+
+    outcome = WordsOutcome()
+    if settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT <= 0:
+        return outcome
+    identity = configured_identity()
+    deadline = time.monotonic() + seconds if seconds is not None else math.inf
+    with advisory_lock(ADVISORY_LOCK_KEY) as acquired:
+        if not acquired:
+            outcome.skipped = "another run is reading the memories' words"
+            return outcome
+        with connection.cursor() as cursor:
+            cursor.execute(_AGENTS_WITH_WORK_SQL, {"identity": identity.key if identity.has_vectors else ""})
+            agents = [row for row in cursor.fetchall() if agent_ids is None or row[0] in agent_ids]
+        for agent_id, last_chunk_id, words in agents:
+            if time.monotonic() >= deadline:
+                outcome.finished = False
+                break
+            outcome.agents += 1
+            _words_read(agent_id=agent_id, after=last_chunk_id, words=words, deadline=deadline, outcome=outcome)
+            if identity.has_vectors:
+                _words_embed(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome)
+    return outcome
+
+
+def _words_read(*, agent_id: int, after: int, words: int, deadline: float, outcome: WordsOutcome) -> None:
+    """Store the new words of the agent's chunks above ``after`` (chunk id), CHUNKS_PER_READ at a time, each
+    read committed with the new watermark. Once the agent holds MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS words,
+    the watermark moves on without reading."""
+    cap = settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
+    while time.monotonic() < deadline:
+        with transaction.atomic(), connection.cursor() as cursor:
+            if words >= cap:
+                cursor.execute(f"SELECT max(id) FROM {CHUNK} WHERE agent_id = %s", [agent_id])
+                rows, last = [], cursor.fetchone()[0] or after
+            else:
+                cursor.execute(
+                    f"SELECT id, text FROM {CHUNK} WHERE agent_id = %s AND id > %s ORDER BY id LIMIT %s",
+                    [agent_id, after, CHUNKS_PER_READ],
+                )
+                rows = cursor.fetchall()
+                last = rows[-1][0] if rows else after
+            if last <= after:
+                return
+            found: set[str] = set()
+            for _, text in rows:
+                found |= text_words(text)
+            if found:
+                cursor.execute(
+                    f"INSERT INTO {WORDS} (agent_id, word, embedding_identity) "
+                    f"SELECT %s, w, '' FROM unnest(%s::text[]) AS w ORDER BY w LIMIT %s "
+                    "ON CONFLICT (agent_id, word) DO NOTHING",
+                    [agent_id, sorted(found), cap - words],
+                )
+                words += cursor.rowcount
+                outcome.words_added += cursor.rowcount
+            outcome.chunks_read += len(rows)
+            cursor.execute(
+                f"INSERT INTO {WORDS_STATE} (agent_id, last_chunk_id, words) VALUES (%s, %s, %s) "
+                "ON CONFLICT (agent_id) DO UPDATE SET last_chunk_id = excluded.last_chunk_id, words = excluded.words",
+                [agent_id, last, words],
+            )
+            after = last
+
+
+def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutcome) -> None:
+    """Embed the agent's words without a vector of ``identity``, WORDS_PER_REQUEST per request, each
+    request's vectors stored as it returns. A provider failure stops this agent's words for this run."""
+    from indexing.embeddings import get_provider
+
+    provider = get_provider()
+    if provider is None:
+        return
+    while time.monotonic() < deadline:
+        todo = list(
+            MemoryWord.objects.filter(agent_id=agent_id).exclude(embedding_identity=identity.key)
+            .order_by("id").values_list("id", "word")[:WORDS_PER_REQUEST]
+        )
+        if not todo:
+            return
+        try:
+            vectors = provider.embed_documents([word for _, word in todo])
+        except Exception as exc:  # the next run tries again; searches meanwhile expand with fewer words
+            logger.warning("memory words of agent %d not embedded: %s", agent_id, exc)
+            outcome.errors[agent_id] = f"{exc.__class__.__name__}: {exc}"
+            return
+        rows = [
+            MemoryWord(id=pk, embedding=vector, embedding_identity=identity.key)
+            for (pk, _), vector in zip(todo, vectors)
+            if vector is not None and len(vector) == identity.dimensions and all(map(math.isfinite, vector))
+        ]
+        if len(rows) < len(todo):  # a word the provider would not embed is not asked again
+            done = {row.id for row in rows}
+            MemoryWord.objects.filter(pk__in=[pk for pk, _ in todo if pk not in done]).delete()
+        MemoryWord.objects.bulk_update(rows, ["embedding", "embedding_identity"])
+        outcome.words_embedded += len(rows)
+
+
+# --- At search -------------------------------------------------------------------------------------
+
+
+# Each question word's nearest memory words, in one pass over the agent's words: each row is read once
+# and compared with every question word. Not the word itself nor one sharing its first letters.
+_NEAREST_SQL = f"""
+SELECT x.i, x.word FROM (
+    SELECT q.i, w.word,
+           row_number() OVER (PARTITION BY q.i ORDER BY w.embedding <=> q.v, w.word) AS r
+    FROM unnest(%(vectors)s::vector[], %(words)s::text[]) WITH ORDINALITY AS q(v, asked, i)
+    JOIN {WORDS} w ON w.agent_id = %(agent)s AND w.embedding_identity = %(identity)s
+     AND w.word <> q.asked AND left(w.word, %(stem)s) <> left(q.asked, %(stem)s)
+     AND w.embedding <=> q.v <= %(distance)s
+) x
+WHERE x.r <= %(k)s
+ORDER BY x.i, x.r
+"""
+
+
+def nearest_words(*, agent_id: int, identity_key: str, vectors: dict[str, list[float]]) -> dict[str, list[str]]:
+    """Each word of ``vectors`` → the agent's words nearest to it (at most MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS,
+    cosine at least MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY), nearest first; words with none are left out."""
+    if not vectors:
+        return {}
+    asked = list(vectors)
+    from search.vector import _vector_literal
+
+    with connection.cursor() as cursor:
+        cursor.execute(_NEAREST_SQL, {
+            "vectors": [_vector_literal(vectors[word]) for word in asked], "words": asked, "agent": agent_id,
+            "identity": identity_key, "stem": SAME_STEM_CHARS,
+            "distance": 1 - settings.MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY,
+            "k": settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS,
+        })
+        found: dict[str, list[str]] = {}
+        for i, word in cursor.fetchall():
+            found.setdefault(asked[i - 1], []).append(word)
+    return found
+
+
+def rare_words(words: list[str], keyword: KeywordResult) -> list[str]:
+    """The words of ``words`` rare in the agent: a lexeme of theirs has a BM25 IDF of at least
+    MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in this keyword result, or matched nothing (a word the keyword
+    configuration drops as a stop word has no lexeme and is left out)."""
+    floor = settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF
+    return [
+        word for word, lexemes in zip(words, lines_lexemes(words))
+        if any(keyword.idf.get(lexeme, math.inf) >= floor for lexeme in lexemes)
+    ]
+
+
+def keyword_expanded(
+    *, agent_id: int, identity_key: str, keyword: KeywordResult, vectors: dict[str, list[float]],
+    filters: SearchFilters, limit: int,
+) -> KeywordResult:
+    """``keyword`` (the question's keyword half) with the second keyword query of its rare words'
+    neighbours added (see the module docstring); ``keyword`` itself when no word has a neighbour. The
+    caller runs it under the search's deadline."""
+    rare = rare_words(list(vectors), keyword)
+    neighbours = nearest_words(agent_id=agent_id, identity_key=identity_key, vectors={w: vectors[w] for w in rare})
+    extra = list(dict.fromkeys(word for found in neighbours.values() for word in found))
+    if not extra:
+        return keyword
+    second = keyword_candidates(agent_id=agent_id, query=" ".join(extra), filters=filters, limit=limit)
+    return lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT, expansion=neighbours)
+
+
+def lifted(first: KeywordResult, second: KeywordResult, *, weight: float, expansion: dict[str, list[str]]) -> KeywordResult:
+    """The hits of ``first`` with ``weight`` times their score in ``second`` added (hits only in ``second``
+    join with that alone), scaled so the best scores 1; each hit keeps the part ``second`` gave it
+    (``expansion_score``, on the same scale) for ``explain``. At most the two results' hits together
+    (each at most the search's pool). The query's lexemes and IDFs stay ``first``'s:
+    snippets pick the lines of the question's own words."""
+    scores = {hit.chunk_id: hit.score for hit in first.hits}
+    added = {hit.chunk_id: weight * hit.score for hit in second.hits}
+    where = {hit.chunk_id: hit for hit in [*second.hits, *first.hits]}
+    for chunk_id, extra in added.items():
+        scores[chunk_id] = scores.get(chunk_id, 0.0) + extra
+    best = max(scores.values(), default=1.0) or 1.0
+    hits = [
+        KeywordHit(
+            chunk_id=chunk_id, score=score / best, bm25=where[chunk_id].bm25, file_id=where[chunk_id].file_id,
+            start_line=where[chunk_id].start_line, end_line=where[chunk_id].end_line,
+            expansion_score=added[chunk_id] / best if chunk_id in added else None,
+        )
+        for chunk_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    return KeywordResult(hits=hits, lexemes=first.lexemes, idf=first.idf, exact=first.exact, expansion=expansion)

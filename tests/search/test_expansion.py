@@ -1,0 +1,178 @@
+"""Keyword expansion (search/expansion.py): a question's rare word also searches for the memory's words
+nearest in meaning. The fake provider knows no meaning, so these tests give it synonyms: a text of one
+word that has a synonym here gets its synonym's vector (every other text is embedded as usual)."""
+
+import pytest
+
+from agents.deletion import agent_delete_here
+from indexing.embeddings import FakeProvider, ProviderTransientError
+from indexing.models import Chunk
+from search.expansion import content_words, expansion_words, memory_words_sync, nearest_words
+from search.models import MemoryWord, MemoryWordsState
+from search.services import memory_search
+
+SYNONYMS = {"budget": "spend", "costs": "spend"}
+
+OFFICE = """# Office move
+
+We agreed the spend for the new office furniture: at most 4,000 euros, chairs first.
+"""
+GARDEN = """# Garden
+
+The tomatoes need water every evening; the roses were pruned in March.
+"""
+
+
+class SynonymProvider(FakeProvider):
+    def _vector(self, text):
+        return super()._vector(SYNONYMS.get(text, text))
+
+
+@pytest.fixture(autouse=True)
+def synonyms(settings, monkeypatch, fake_embeddings):
+    # Wide vectors: with the fixture's 64 dimensions two unrelated words may share a bucket.
+    settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 512
+    from indexing import embeddings
+    from indexing.embedding_identity import configured_identity
+
+    provider = SynonymProvider(configured_identity())
+    monkeypatch.setattr(embeddings, "get_provider", lambda: provider)
+    return provider
+
+
+def explained(member, query, **options):
+    response = memory_search(agent=member.agent, query=query, explain=True, min_score=0, **options)
+    return {result.path: result.explain for result in response.results}, response
+
+
+def test_a_question_word_absent_from_the_memory_finds_the_word_of_like_meaning(alice, index_files, settings):
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    before, _ = explained(alice, "what budget did we set?")
+    assert before["memory/office.md"]["keyword_score"] is None  # "budget" is nowhere in the memory
+
+    outcome = memory_words_sync()
+    assert outcome.words_added == MemoryWord.objects.filter(agent=alice.agent).count() > 0
+    assert outcome.words_embedded == outcome.words_added and not outcome.errors
+    status = alice.client.get("/api/v1/status").json()["memory_words"]
+    assert status == {"words": outcome.words_added, "embedded": outcome.words_added}
+    FakeProvider.reset_counts()
+    after, response = explained(alice, "what budget did we set?")
+    office = after["memory/office.md"]
+    assert office["keyword_score"] == 1.0 and office["expansion_score"] == 1.0
+    assert office["expansion"] == {"budget": ["spend"]}
+    assert "expansion" not in after.get("memory/garden.md", {})
+    assert response.results[0].path == "memory/office.md"
+    # The question's content words ride in the query's request: one query, two inputs (query, "budget").
+    assert content_words("what budget did we set?") == ["budget", "set"]
+    assert FakeProvider.queries_embedded == 3
+
+    settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT = 0
+    off, _ = explained(alice, "what budget did we set?")
+    assert off["memory/office.md"]["keyword_score"] is None
+
+
+def test_a_word_the_memory_holds_often_enough_is_not_expanded(alice, index_files, settings):
+    hose = "# Hose\n\nThe costs of the new garden hose were small.\n"
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": hose})
+    memory_words_sync()
+    # "spend" stands in one chunk of three: its IDF (about 1) is far below the 3.0 floor, so its neighbour
+    # "costs" is not searched for.
+    assert all("expansion" not in e for e in explained(alice, "the spend")[0].values())
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    # A word the memory lacks is always rare enough.
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 50.0
+    assert explained(alice, "the budget")[0]["memory/office.md"]["expansion"] == {"budget": ["costs", "spend"]}  # equally near: by word
+    MemoryWord.objects.filter(agent=alice.agent, word__in=["spend", "costs"]).delete()  # no word near enough
+    assert all("expansion" not in e for e in explained(alice, "the budget")[0].values())
+
+
+def test_an_agent_never_expands_with_another_agents_words(alice, bob, index_files):
+    index_files(alice, {"memory/garden.md": GARDEN})
+    index_files(bob, {"memory/office.md": OFFICE})
+    memory_words_sync()
+    assert MemoryWord.objects.filter(agent=bob.agent, word="spend").exists()
+    assert not MemoryWord.objects.filter(agent=alice.agent, word="spend").exists()
+    from indexing.embedding_identity import configured_identity
+
+    identity = configured_identity()
+    vector = SynonymProvider(identity).embed_query("budget")
+    assert nearest_words(agent_id=bob.agent.pk, identity_key=identity.key, vectors={"budget": vector}) == {"budget": ["spend"]}
+    assert nearest_words(agent_id=alice.agent.pk, identity_key=identity.key, vectors={"budget": vector}) == {}
+    found, response = explained(alice, "what budget did we set?")
+    assert all("expansion" not in e for e in found.values()) and all(r.path == "memory/garden.md" for r in response.results)
+
+
+def test_a_provider_failure_leaves_the_words_for_the_next_run_and_the_search_answers(alice, index_files, synonyms):
+    index_files(alice, {"memory/office.md": OFFICE})
+    FakeProvider.fail_next(ProviderTransientError("provider down"))
+    outcome = memory_words_sync()
+    assert outcome.words_added > 0 and outcome.words_embedded == 0
+    assert "provider down" in outcome.errors[alice.agent.pk]
+    assert not MemoryWord.objects.filter(agent=alice.agent).exclude(embedding_identity="").exists()
+    assert alice.client.get("/api/v1/status").json()["memory_words"] == {"words": outcome.words_added, "embedded": 0}
+    # No word embedded yet: the search answers without expansion, its question words not even embedded.
+    FakeProvider.reset_counts()
+    found, response = explained(alice, "what budget did we set?")
+    assert "expansion" not in found["memory/office.md"] and FakeProvider.queries_embedded == 1
+    # The next run embeds them; the chunks it read are not read again.
+    again = memory_words_sync()
+    assert (again.words_added, again.chunks_read, again.words_embedded) == (0, 0, outcome.words_added)
+    assert explained(alice, "what budget did we set?")[0]["memory/office.md"]["expansion"] == {"budget": ["spend"]}
+    # The question's embedding failing at search time: keyword search, no expansion, no error.
+    from search.services import query_cache_clear
+
+    query_cache_clear()
+    synonyms.embed_query_windows = lambda texts: (_ for _ in ()).throw(ProviderTransientError("down again"))
+    synonyms.embed_query = synonyms.embed_query_windows
+    found, response = explained(alice, "what budget did we set?")
+    assert response.mode == "keyword" and "provider failed" in response.message
+    assert all("expansion" not in e for e in found.values())
+
+
+def test_the_words_are_bounded_per_agent_and_only_new_chunks_are_read(alice, index_files, settings):
+    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = 5
+    index_files(alice, {"memory/office.md": OFFICE})
+    first = memory_words_sync()
+    assert first.words_added == 5 == MemoryWord.objects.filter(agent=alice.agent).count()
+    index_files(alice, {"memory/garden.md": GARDEN})
+    second = memory_words_sync()
+    assert (second.words_added, second.chunks_read) == (0, 0)  # full: the watermark moves on unread
+    state = MemoryWordsState.objects.get(agent=alice.agent)
+    assert state.words == 5 and state.last_chunk_id == max(Chunk.objects.filter(agent=alice.agent).values_list("id", flat=True))
+    assert memory_words_sync().agents == 0  # nothing left to do
+
+
+def test_a_question_longer_than_a_question_is_not_expanded(settings):
+    # Capitalised past the first word (Caroline, Lake): names, which have no synonyms; "did", "the": stop words.
+    assert expansion_words("Did Caroline paint the Lake yesterday") == ["paint", "yesterday"]
+    long = " ".join(f"word{n} budget" for n in range(20))
+    assert expansion_words(long) == []
+    many = " ".join(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+                     "kilo", "lima", "mike", "november"])
+    assert len(expansion_words(many)) == 12
+    settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT = 0
+    assert expansion_words("budget") == []
+
+
+def test_an_agents_words_go_with_it_and_a_new_model_embeds_them_again(alice, bob, index_files):
+    index_files(alice, {"memory/office.md": OFFICE})
+    index_files(bob, {"memory/garden.md": GARDEN})
+    memory_words_sync()
+    words = MemoryWord.objects.filter(agent=bob.agent).count()
+    MemoryWord.objects.filter(agent=bob.agent).update(embedding_identity="fake:an-older-model:512")
+    again = memory_words_sync()
+    assert (again.agents, again.words_embedded) == (1, words)
+    agent_delete_here(agent_id=alice.agent.pk)
+    assert not MemoryWord.objects.filter(agent_id=alice.agent.pk).exists()
+    assert not MemoryWordsState.objects.filter(agent_id=alice.agent.pk).exists()
+    assert MemoryWord.objects.filter(agent=bob.agent).count() == words
+
+
+def test_the_periodic_task_reads_and_embeds_the_words(alice, index_files, settings):
+    from search.tasks import memory_words_task
+
+    assert settings.CELERY_BEAT_SCHEDULE["search-memory-words"]["task"] == "search.tasks.memory_words_task"
+    index_files(alice, {"memory/office.md": OFFICE})
+    result = memory_words_task()
+    assert result["agents"] == 1 and result["words_embedded"] == result["words_added"] > 0 and result["finished"]
