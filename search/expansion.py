@@ -30,6 +30,7 @@ Two parts:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
@@ -118,6 +119,8 @@ class WordsOutcome:
     errors: dict[int, str] = field(default_factory=dict)  # agent id → why its words were not embedded
     skipped: str = ""  # another run holds the lock
     finished: bool = True  # False: the time budget ended the run with work left
+    indexes_created: list[str] = field(default_factory=list)  # per-agent HNSW indexes of the words
+    indexes_dropped: list[str] = field(default_factory=list)
 
 
 # Live agents whose chunks were written since their words were last read, or whose words lack a vector of
@@ -160,6 +163,7 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
             _words_read(agent_id=agent_id, after=last_chunk_id, words=words, deadline=deadline, outcome=outcome)
             if identity.has_vectors:
                 _words_embed(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome)
+        words_indexes_sync(identity=identity, agent_ids=[agent_id for agent_id, *_ in agents], outcome=outcome)
     return outcome
 
 
@@ -236,44 +240,119 @@ def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutc
         outcome.words_embedded += len(rows)
 
 
+# --- Per-agent HNSW indexes of the words -------------------------------------------------------------
+
+# pgvector indexes at most 2,000 dimensions with HNSW (search/vector_index.py): larger are scanned exactly.
+HNSW_MAX_DIMENSIONS = 2000
+WORD_INDEX_PATTERN = re.compile(r"^word_hnsw_a(\d+)_([0-9a-f]{8})$")
+
+
+def word_index_name(*, agent_id: int, identity_key: str) -> str:
+    """``word_hnsw_a<agent id>_<identity digest>``: one index per agent and model."""
+    return f"word_hnsw_a{int(agent_id)}_{hashlib.sha256(identity_key.encode()).hexdigest()[:8]}"
+
+
+def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome) -> None:
+    """The partial HNSW indexes of the words (built CONCURRENTLY outside a transaction): each agent of
+    ``agent_ids`` (those this run worked on) with at least MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words
+    embedded with ``identity`` gets one, and its index of another model goes. Every index of an agent
+    being deleted or gone is dropped, and an invalid one (an interrupted build) is built again. Runs under
+    memory_words_sync's lock."""
+    from search.ddl import concurrently_clause
+
+    concurrently = concurrently_clause()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, i.indisvalid AND i.indisready FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            f"WHERE i.indrelid = '{WORDS}'::regclass"
+        )
+        existing = {
+            name: (int(match[1]), valid) for name, valid in cursor.fetchall() if (match := WORD_INDEX_PATTERN.match(name))
+        }
+        cursor.execute(
+            f"SELECT id FROM {AGENT} WHERE deletion_requested_at IS NULL AND id = ANY(%s)",
+            [sorted({agent_id for agent_id, _ in existing.values()})],
+        )
+        live = {row[0] for row in cursor.fetchall()}
+        todo = set(agent_ids) | {agent_id for agent_id, valid in existing.values() if not valid and agent_id in live}
+        for name, (agent_id, valid) in existing.items():
+            if agent_id not in live or not valid or (agent_id in todo and name != word_index_name(agent_id=agent_id, identity_key=identity.key)):
+                cursor.execute(f'DROP INDEX{concurrently} IF EXISTS "{name}"')
+                outcome.indexes_dropped.append(name)
+        if not identity.has_vectors or identity.dimensions > HNSW_MAX_DIMENSIONS:
+            return
+        for agent_id in sorted(todo):
+            cursor.execute(
+                f"SELECT count(*) FROM {WORDS} WHERE agent_id = %s AND embedding_identity = %s", [agent_id, identity.key]
+            )
+            name = word_index_name(agent_id=agent_id, identity_key=identity.key)
+            if cursor.fetchone()[0] < settings.MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS or existing.get(name, (0, False))[1]:
+                continue
+            cursor.execute(
+                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {WORDS} '
+                f"USING hnsw ((embedding::vector({int(identity.dimensions)})) vector_cosine_ops) "
+                f"WHERE agent_id = {int(agent_id)} AND embedding_identity = {_sql_string(identity.key)}"
+            )
+            outcome.indexes_created.append(name)
+
+
 # --- At search -------------------------------------------------------------------------------------
 
 
-# Each question word's nearest memory words, in one pass over the agent's words: each row is read once
-# and compared with every question word. Not the word itself nor one sharing its first letters.
-_NEAREST_SQL = f"""
-SELECT x.i, x.word FROM (
-    SELECT q.i, w.word,
-           row_number() OVER (PARTITION BY q.i ORDER BY w.embedding <=> q.v, w.word) AS r
-    FROM unnest(%(vectors)s::vector[], %(words)s::text[]) WITH ORDINALITY AS q(v, asked, i)
-    JOIN {WORDS} w ON w.agent_id = %(agent)s AND w.embedding_identity = %(identity)s
-     AND w.word <> q.asked AND left(w.word, %(stem)s) <> left(q.asked, %(stem)s)
-     AND w.embedding <=> q.v <= %(distance)s
-) x
-WHERE x.r <= %(k)s
-ORDER BY x.i, x.r
+# Each question word's nearest memory words: the agent's words of this identity in order of distance,
+# a few more than wanted (the word itself and its own forms are left out afterwards). Agent and identity
+# are literals and the order is over embedding::vector(D): an agent with at least
+# MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words has a partial HNSW index of its own on exactly that
+# (words_index_sync), which the planner then uses; below it, the scan is exact (a few milliseconds).
+_NEAREST_SQL = """
+SELECT q.i, n.word, n.distance
+FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, i)
+CROSS JOIN LATERAL (
+    SELECT w.word, w.embedding::vector({dims}) <=> q.v::vector({dims}) AS distance
+    FROM {words} w
+    WHERE w.agent_id = {agent} AND w.embedding_identity = {identity}
+    ORDER BY w.embedding::vector({dims}) <=> q.v::vector({dims})
+    LIMIT %s
+) n
 """
+# With the index, stale statistics must not turn the lookup into a sort of all the agent's words (as in
+# search/vector.py); without it there is no other plan. Local to the statement's transaction.
+_NEAREST_SETTINGS = "SELECT set_config('enable_sort', 'off', true)"
+# Words looked at per question word beyond the ones wanted: room for the word itself and its own forms.
+NEAREST_SLACK = 8
 
 
 def nearest_words(*, agent_id: int, identity_key: str, vectors: dict[str, list[float]]) -> dict[str, list[str]]:
     """Each word of ``vectors`` → the agent's words nearest to it (at most MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS,
-    cosine at least MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY), nearest first; words with none are left out."""
+    cosine at least MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY, not the word itself nor one sharing its first
+    SAME_STEM_CHARS letters), nearest first; words with none are left out."""
     if not vectors:
         return {}
-    asked = list(vectors)
-    from search.vector import _vector_literal
+    from search.vector import _vector_literal, rows_with_settings
 
-    with connection.cursor() as cursor:
-        cursor.execute(_NEAREST_SQL, {
-            "vectors": [_vector_literal(vectors[word]) for word in asked], "words": asked, "agent": agent_id,
-            "identity": identity_key, "stem": SAME_STEM_CHARS,
-            "distance": 1 - settings.MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY,
-            "k": settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS,
-        })
-        found: dict[str, list[str]] = {}
-        for i, word in cursor.fetchall():
-            found.setdefault(asked[i - 1], []).append(word)
-    return found
+    asked = list(vectors)
+    dims = len(vectors[asked[0]])
+    k = settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS
+    farthest = 1 - settings.MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY
+    sql = _NEAREST_SQL.format(
+        dims=int(dims), words=WORDS, agent=int(agent_id), identity=_sql_string(identity_key),
+    )
+    rows = rows_with_settings(
+        setting=_NEAREST_SETTINGS, setting_params=[], sql=sql,
+        params=[[_vector_literal(vectors[word]) for word in asked], k + NEAREST_SLACK],
+    )
+    found: dict[str, list[str]] = {}
+    for i, word, distance in sorted(rows, key=lambda row: (row[0], row[2], row[1])):
+        question_word = asked[i - 1]
+        near = found.setdefault(question_word, [])
+        if distance <= farthest and len(near) < k and word != question_word and word[:SAME_STEM_CHARS] != question_word[:SAME_STEM_CHARS]:
+            near.append(word)
+    return {word: near for word, near in found.items() if near}
+
+
+def _sql_string(value: str) -> str:
+    """``value`` as an SQL string literal (a partial index's predicate is matched against literals only)."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def rare_words(words: list[str], keyword: KeywordResult) -> list[str]:

@@ -232,19 +232,26 @@ def _hnsw_search(
         setting_params.append(settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN)
         # relaxed_order may yield slightly out of order: sort the few rows again.
         inner = f"WITH nearest AS MATERIALIZED ({inner}) SELECT * FROM nearest ORDER BY distance, id"
+    rows = rows_with_settings(setting=setting, setting_params=setting_params, sql=inner, params=inner_params)
+    return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in rows]
+
+
+def rows_with_settings(*, setting: str, setting_params: list, sql: str, params: list) -> list[tuple]:
+    """The rows of ``sql`` run after ``setting`` (a SELECT of ``set_config(..., true)`` calls) in one
+    transaction, on the search's database: the settings hold for the query alone."""
     with connection.cursor() as cursor:
         if not connection.in_atomic_block and isinstance(cursor.cursor, psycopg.ClientCursor):
             # In autocommit, one round trip: Postgres runs a string of statements as one transaction,
             # so the settings hold for the query and end with it (no BEGIN and COMMIT of their own).
-            cursor.execute(f"{setting}; {inner}", [*setting_params, *inner_params])
+            cursor.execute(f"{setting}; {sql}", [*setting_params, *params])
             while cursor.nextset():  # the query's rows are the last result
                 pass
-            return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]
+            return cursor.fetchall()
     # Inside a caller's transaction (a savepoint), or with server-side binding (one statement per string).
     with transaction.atomic(using=current_read_alias()), connection.cursor() as cursor:
         cursor.execute(setting, setting_params)
-        cursor.execute(inner, inner_params)
-        return [VectorHit(row[0], float(row[1]), row[2], row[3], row[4]) for row in cursor.fetchall()]
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def pairwise_similarity(*, agent_id: int, chunk_ids: list[int], identity_key: str, dims: int) -> dict[tuple[int, int], float]:

@@ -176,3 +176,39 @@ def test_the_periodic_task_reads_and_embeds_the_words(alice, index_files, settin
     index_files(alice, {"memory/office.md": OFFICE})
     result = memory_words_task()
     assert result["agents"] == 1 and result["words_embedded"] == result["words_added"] > 0 and result["finished"]
+
+
+# Committed: an index built in the open transaction over rows it updated (HOT chains) is not used by it.
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_with_many_words_gets_an_hnsw_index_that_the_lookup_uses(alice, bob, index_files, settings):
+    from django.db import connection, transaction
+
+    from indexing.embedding_identity import configured_identity
+    from search import expansion
+
+    settings.MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS = 10
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    index_files(bob, {"memory/office.md": OFFICE.splitlines()[0]})  # a handful of words: no index
+    identity = configured_identity()
+    name = expansion.word_index_name(agent_id=alice.agent.pk, identity_key=identity.key)
+    assert memory_words_sync().indexes_created == [name]
+    vector = SynonymProvider(identity).embed_query("budget")
+    sql = expansion._NEAREST_SQL.format(
+        dims=identity.dimensions, words=expansion.WORDS, agent=alice.agent.pk, identity=expansion._sql_string(identity.key)
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(expansion._NEAREST_SETTINGS)
+        cursor.execute("EXPLAIN " + sql, [[str(vector).replace(" ", "")], 11])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert name in plan, plan
+    assert explained(alice, "what budget did we set?")[0]["memory/office.md"]["expansion"] == {"budget": ["spend"]}
+    assert memory_words_sync().indexes_created == []  # nothing new: nothing built again
+
+    # Another model: the words are embedded again, and the index follows them.
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash-2"
+    newer = expansion.word_index_name(agent_id=alice.agent.pk, identity_key=configured_identity().key)
+    outcome = memory_words_sync()
+    assert (outcome.indexes_dropped, outcome.indexes_created) == ([name], [newer])
+    # The agent deleted: its index goes at the next run.
+    agent_delete_here(agent_id=alice.agent.pk)
+    assert memory_words_sync().indexes_dropped == [newer]

@@ -49,6 +49,12 @@ SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "
 # How many exact BM25 scores are read per query for the tie-aware overlap: every chunk tied with the
 # 10th must be among them (a result beyond them scores at most the last one read).
 EXACT_TIE_DEPTH = 5000
+# Hybrid searches timed beside the default one (report_expansion): keyword expansion off, and run for every
+# question word rare enough whatever its neighbours' similarity.
+EXPANSION_VARIANTS = {
+    "expansion_off": {"MEMORYHUB_SEARCH_EXPANSION_WEIGHT": 0.0},
+    "expansion_all": {"MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY": 0.0},
+}
 
 
 def _reaches(score: float, tenth: float) -> bool:
@@ -236,8 +242,11 @@ class Command(BaseCommand):
         order = sorted(range(1, len(sizes)), key=lambda i: sizes[i])
         picks = [("big", 0), ("middle", order[-1]), ("small", order[len(order) // 2])]
         self.searcher = self.end_to_end_searcher()
+        if self.searcher is not None:
+            self.memory_words([agent_ids[position] for _, position in picks])
         gc.freeze()  # as memoryhub/wsgi.py does after start-up: no full collection of start-up objects mid-search
         rows = []
+        self.measured = [agent_ids[position] for _, position in picks]
         for label, position in picks:
             agent_id, size = agent_ids[position], sizes[position]
             queries = self.query_vectors(rng, centers[position], opts["queries"])
@@ -259,6 +268,11 @@ class Command(BaseCommand):
             if self.searcher is not None:
                 for mode in ("hybrid", "vector", "keyword"):
                     functions[f"e2e_{mode}"] = lambda pair, mode=mode: self.searcher(agent_id, pair, mode)
+                # Keyword expansion (search/expansion.py): off, and with every rare word brought its 3 nearest
+                # words whatever their similarity (these pseudo-words have no meaning: few are within the
+                # default 0.6), so that the second keyword query runs for nearly every question.
+                for name, values in EXPANSION_VARIANTS.items():
+                    functions[name] = lambda pair, values=values: self.searcher(agent_id, pair, "hybrid", values)
                 # The halves as memory_search runs them (its candidate pool), and the same search over HTTP.
                 functions["vector_pool"] = lambda pair: self.vector_half(agent_id, pair[1], limit=self.pool)
                 functions["keyword_pool"] = lambda pair: self.keyword_half(agent_id, pair[0], limit=self.pool)
@@ -268,6 +282,7 @@ class Command(BaseCommand):
         self.report(rows)
         if self.searcher is not None:
             self.report_overhead(rows)
+            self.report_expansion(rows)
 
         # Filtered vector searches of the big agent: a selective filter (searched exactly) and a broad one
         # (HNSW with the filter; without iterative scans, with a proportionally larger ef_search).
@@ -793,18 +808,27 @@ class Command(BaseCommand):
         vectors = self.query_vectors_by_text = {}
         agents: dict[int, Agent] = {}
 
-        def embed_query(provider, text):
-            return vectors[text]
+        real_embed_query = FakeProvider.embed_query
+
+        def embed_query(provider, text):  # a question's words for expansion: the fake's own vectors
+            return vectors[text] if text in vectors else real_embed_query(provider, text)
 
         self.embed_query = embed_query
 
-        def search(agent_id, pair, mode):
+        def search(agent_id, pair, mode, values=None):
             text, vector = pair
             vectors[text] = vector
             if agent_id not in agents:  # as a request has it, from its token: not part of the search
                 agents[agent_id] = Agent.objects.get(id=agent_id)
-            with mock.patch.object(FakeProvider, "embed_query", embed_query):
-                return memory_search(agent=agents[agent_id], query=text, mode=mode)
+            before = {name: getattr(settings, name) for name in values or {}}
+            for name, value in (values or {}).items():
+                setattr(settings, name, value)
+            try:
+                with mock.patch.object(FakeProvider, "embed_query", embed_query):
+                    return memory_search(agent=agents[agent_id], query=text, mode=mode)
+            finally:
+                for name, value in before.items():
+                    setattr(settings, name, value)
 
         return search
 
@@ -927,6 +951,29 @@ class Command(BaseCommand):
                 f"| **{hybrid / halves:.2f}×** | {p50(row['vector_pool']):.1f} + {p50(row['keyword_pool']):.1f} = {pool:.1f} ms "
                 f"| **{hybrid / pool:.2f}×** | {self.p(row['http'])} | {p50(row['http']) - hybrid:+.1f} ms |"
             )
+
+    def memory_words(self, agent_ids: list[int]) -> None:
+        """The measured agents' words for keyword expansion, read and embedded (the fake's vectors) by the
+        `memory_words` task's code, timed."""
+        from search.expansion import memory_words_sync
+
+        started = time.monotonic()
+        outcome = memory_words_sync(agent_ids=agent_ids)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT agent_id, count(*) FROM search_memoryword GROUP BY agent_id")
+            self.word_counts = dict(cursor.fetchall())
+            cursor.execute("VACUUM (ANALYZE) search_memoryword")
+        self.out(f"memory words (keyword expansion) of the 3 measured agents: {outcome.words_added:,} words from "
+                 f"{outcome.chunks_read:,} chunks, embedded, in {time.monotonic() - started:.1f} s")
+
+    def report_expansion(self, rows) -> None:
+        """Hybrid memory_search with keyword expansion off, as configured, and run for every rare word."""
+        self.out("")
+        self.out("| agent | memory words | hybrid, expansion off | hybrid (default settings) | hybrid, every rare word expanded |")
+        self.out("|---|---|---|---|---|")
+        for row, agent_id in zip(rows, self.measured):
+            self.out(f"| {row['agent']} | {self.word_counts.get(agent_id, 0):,} | {self.p(row['expansion_off'])} "
+                     f"| {self.p(row['e2e_hybrid'])} | {self.p(row['expansion_all'])} |")
 
     @staticmethod
     def p(timings: list[float]) -> str:
