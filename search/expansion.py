@@ -356,14 +356,16 @@ def _sql_string(value: str) -> str:
 
 
 def rare_words(words: list[str], keyword: KeywordResult) -> list[str]:
-    """The words of ``words`` rare in the agent: a lexeme of theirs has a BM25 IDF of at least
-    MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in this keyword result, or matched nothing (a word the keyword
-    configuration drops as a stop word has no lexeme and is left out)."""
+    """The words of ``words`` rare in the agent, rarest first, at most MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED:
+    a lexeme of theirs has a BM25 IDF of at least MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in this keyword result,
+    or matched nothing (a word the keyword configuration drops as a stop word has no lexeme and is left out)."""
     floor = settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF
-    return [
-        word for word, lexemes in zip(words, lines_lexemes(words))
-        if any(keyword.idf.get(lexeme, math.inf) >= floor for lexeme in lexemes)
-    ]
+    rarity = {
+        word: max(keyword.idf.get(lexeme, math.inf) for lexeme in lexemes)
+        for word, lexemes in zip(words, lines_lexemes(words)) if lexemes
+    }
+    rare = [word for word in words if rarity.get(word, 0.0) >= floor]
+    return sorted(rare, key=lambda word: -rarity[word])[: settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED]
 
 
 def keyword_expanded(

@@ -385,6 +385,21 @@ def _memory_search(
         elif words:
             embedding, word_vectors = embedding[: -len(words)], dict(zip(words, embedding[-len(words):]))
 
+    def expanded(found: KeywordResult) -> KeywordResult:
+        """The keyword half with keyword expansion's second query (search/expansion.py); as it was when out of time."""
+        try:
+            with deadline.queries():
+                return keyword_expanded(
+                    agent_id=agent.pk, identity_key=identity.key, keyword=found, vectors=word_vectors, filters=filters, limit=pool
+                )
+        except SearchTimedOut:
+            return found
+
+    # Expansion needs the keyword half's IDFs: when that half runs beside, the expansion follows it on
+    # another helper if one is free, beside the vector half too.
+    expansion_later = None
+    if word_vectors and keyword_later is not None:
+        expansion_later = run_beside(lambda: expanded(keyword_later.result(timeout=max(0.0, deadline.remaining()))))
     vector_hits = []
     if embedding is not None:
         try:
@@ -403,13 +418,9 @@ def _memory_search(
         except SearchTimedOut:
             used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
     if keyword is not None and word_vectors and used_mode == "hybrid":
-        try:
-            with deadline.queries():
-                keyword = keyword_expanded(
-                    agent_id=agent.pk, identity_key=identity.key, keyword=keyword, vectors=word_vectors, filters=filters, limit=pool
-                )
-        except SearchTimedOut:
-            pass  # the keyword half as it was
+        found = _beside_result(expansion_later, deadline=deadline, quiet=True) if expansion_later is not None else None
+        # The helper's expansion is of the helper's keyword half, the one taken here; when either failed, here.
+        keyword = found if found is not None else expanded(keyword)
     if keyword is None:
         try:
             with deadline.queries():
@@ -467,18 +478,25 @@ def _memory_search(
     )
 
 
-def _beside_result(future, *, deadline: SearchDeadline) -> KeywordResult | None:
+def _beside_result(future, *, deadline: SearchDeadline, quiet: bool = False) -> KeywordResult | None:
     """The keyword half run beside the vector half (search/beside.py): its result; SearchTimedOut as it
     would be raised on the request's thread, or when the deadline passes first; None when it failed
-    otherwise (a helper's connection broken by a database restart), for the caller to run it again."""
+    otherwise (a helper's connection broken by a database restart), for the caller to run it again.
+    ``quiet`` (keyword expansion run beside): None for any failure or lack of time, never an error."""
     try:
         return future.result(timeout=max(0.0, deadline.remaining()))
     except FutureTimeout:
         deadline.timed_out = True
+        if quiet:
+            return None
         raise SearchTimedOut from None
     except DatabaseError as exc:
-        logger.warning("the keyword half failed on a helper thread, running it again: %s", exc)
+        logger.warning("a search half failed on a helper thread, running it again: %s", exc)
         return None
+    except Exception:
+        if quiet:
+            return None
+        raise
 
 
 def _nearest(

@@ -212,3 +212,46 @@ def test_an_agent_with_many_words_gets_an_hnsw_index_that_the_lookup_uses(alice,
     # The agent deleted: its index goes at the next run.
     agent_delete_here(agent_id=alice.agent.pk)
     assert memory_words_sync().indexes_dropped == [newer]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_expansion_runs_beside_the_vector_half_when_a_helper_is_free_with_the_same_answer(
+    alice, index_files, settings, monkeypatch
+):
+    """Committed (a helper's connection sees committed rows only): the expansion follows the keyword half
+    on a second helper, or runs on the request's thread when none is free or the helper's run failed."""
+    import threading
+
+    from django.db import OperationalError
+
+    import search.services as services
+
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    memory_words_sync()
+    threads, failures = [], []
+    real = services.keyword_expanded
+
+    def recorded(**kwargs):
+        threads.append(threading.current_thread().name)
+        if failures:
+            failures.pop()
+            raise OperationalError("the helper's connection broke")
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "keyword_expanded", recorded)
+
+    def answer():
+        found, response = explained(alice, "what budget did we set?")
+        return [(r.path, r.start_line, r.score) for r in response.results], found["memory/office.md"]["expansion"]
+
+    settings.MEMORYHUB_SEARCH_PARALLEL_HALVES = 0
+    in_sequence = answer()
+    assert in_sequence[1] == {"budget": ["spend"]} and threads == [threading.current_thread().name]
+    settings.MEMORYHUB_SEARCH_PARALLEL_HALVES = 2
+    assert answer() == in_sequence and threads[1].startswith("search-half")
+    settings.MEMORYHUB_SEARCH_PARALLEL_HALVES = 1  # the one helper runs the keyword half: the expansion runs here
+    assert answer() == in_sequence and threads[2] == threading.current_thread().name
+    settings.MEMORYHUB_SEARCH_PARALLEL_HALVES = 2
+    failures.append(1)
+    assert answer() == in_sequence
+    assert threads[3].startswith("search-half") and threads[4] == threading.current_thread().name
