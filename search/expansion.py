@@ -355,6 +355,15 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def memory_word_vectors(*, agent_id: int, identity_key: str, words: list[str]) -> dict[str, list[float]]:
+    """The vectors the agent's memory has already for these words (of ``identity_key``): a question's word
+    the memory holds needs no embedding at search time."""
+    if not words:
+        return {}
+    rows = MemoryWord.objects.filter(agent_id=agent_id, embedding_identity=identity_key, word__in=words)
+    return {word: [float(value) for value in vector] for word, vector in rows.values_list("word", "embedding")}
+
+
 def rare_words(words: list[str], keyword: KeywordResult) -> list[str]:
     """The words of ``words`` rare in the agent, rarest first, at most MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED:
     a lexeme of theirs has a BM25 IDF of at least MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in this keyword result,

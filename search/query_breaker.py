@@ -193,7 +193,7 @@ def embed_query_bounded(*, provider, text: str, timeout: float, words: tuple[str
     timeout = max(0.0, min(timeout, settings.MEMORYHUB_SEARCH_QUERY_EMBEDDING_TIMEOUT * len(windows)))
     breaker = QueryBreaker(provider.identity.key)
     failures_before = breaker.before_call(probe_ttl=timeout + 1)
-    future = _executor.submit(query_vectors, provider=provider, windows=[*windows, *words])
+    future = _executor.submit(query_vectors, provider=provider, windows=windows, words=words)
     try:
         vectors = [[float(value) for value in vector] for vector in future.result(timeout=timeout)]
         for vector in vectors or [[]]:

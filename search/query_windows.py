@@ -39,8 +39,7 @@ def query_text_windows(text: str) -> list[str]:
     return query_windows(text, max_tokens=model_window())
 
 
-def query_vectors(*, provider, windows: list[str]) -> list[list[float]]:
-    """The provider's vector of each window of a query (see the module docstring)."""
-    if len(windows) == 1:
-        return [provider.embed_query(windows[0])]
-    return provider.embed_query_windows(windows)
+def query_vectors(*, provider, windows: list[str], words: list[str] = ()) -> list[list[float]]:
+    """The provider's vector of each window of a query (see the module docstring), then of each of
+    ``words`` (keyword expansion's: search/expansion.py)."""
+    return provider.embed_query_and_words(list(windows), list(words))

@@ -43,7 +43,7 @@ from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
-from search.expansion import WORDS, expansion_words, keyword_expanded
+from search.expansion import WORDS, expansion_words, keyword_expanded, memory_word_vectors
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
@@ -371,9 +371,17 @@ def _memory_search(
         )
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
-    # Keyword expansion's words (search/expansion.py), embedded with the query: hybrid searches only.
+    # Keyword expansion's words (search/expansion.py), hybrid searches only: those the agent's memory holds
+    # have their vectors there, the others are embedded with the query.
     words = tuple(expansion_words(query)) if used_mode == "hybrid" and has_words else ()
     word_vectors: dict[str, list[float]] = {}
+    if words:
+        try:
+            with deadline.queries():
+                word_vectors = memory_word_vectors(agent_id=agent.pk, identity_key=identity.key, words=list(words))
+        except SearchTimedOut:
+            words = ()
+        words = tuple(word for word in words if word not in word_vectors)
     if used_mode in ("hybrid", "vector"):
         embedding, why_not = _embed_for_search(
             identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline,
@@ -383,7 +391,9 @@ def _memory_search(
             notes.append(f"{why_not} Keyword search only.")
             used_mode = "keyword"
         elif words:
-            embedding, word_vectors = embedding[: -len(words)], dict(zip(words, embedding[-len(words):]))
+            embedding, word_vectors = embedding[: -len(words)], {**word_vectors, **dict(zip(words, embedding[-len(words):]))}
+    if embedding is None:
+        word_vectors = {}
 
     def expanded(found: KeywordResult) -> KeywordResult:
         """The keyword half with keyword expansion's second query (search/expansion.py); as it was when out of time."""

@@ -65,6 +65,10 @@ def test_a_question_word_absent_from_the_memory_finds_the_word_of_like_meaning(a
     # The question's content words ride in the query's request: one query, two inputs (query, "budget").
     assert content_words("what budget did we set?") == ["budget", "set"]
     assert FakeProvider.queries_embedded == 3
+    # A word the memory holds has its vector there: "spend" is not embedded again, "set" is.
+    FakeProvider.reset_counts()
+    explained(alice, "what spend did we set?")
+    assert FakeProvider.queries_embedded == 2
 
     settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT = 0
     off, _ = explained(alice, "what budget did we set?")
@@ -255,3 +259,24 @@ def test_the_expansion_runs_beside_the_vector_half_when_a_helper_is_free_with_th
     failures.append(1)
     assert answer() == in_sequence
     assert threads[3].startswith("search-half") and threads[4] == threading.current_thread().name
+
+
+def test_the_local_model_embeds_the_question_words_in_a_batch_of_their_own(settings):
+    """One batch would pad every word to the question's length (the model's cost grows with it)."""
+    from indexing.embedding_identity import EmbeddingIdentity
+    from indexing.embeddings import LocalProvider
+
+    batches = []
+
+    class Model:
+        def encode(self, texts, **options):
+            import numpy as np
+
+            batches.append(list(texts))
+            return np.ones((len(texts), 4))
+
+    provider = LocalProvider(EmbeddingIdentity(provider="local", model="m", dimensions=4))
+    provider._loaded = lambda: Model()
+    vectors = provider.embed_query_and_words(["what budget did we set?"], ["budget", "set"])
+    assert len(vectors) == 3 and batches == [["what budget did we set?"], ["budget", "set"]]
+    assert provider.embed_query_and_words(["a question"], []) and batches[-1] == ["a question"]

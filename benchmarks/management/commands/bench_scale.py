@@ -12,8 +12,10 @@ vector recall@10 of `search.vector.vector_candidates` against exact search, and 
 vector half, the keyword half and — when `search.services.memory_search` exists — each search mode end
 to end, then hybrid memory_search against the sum of its halves (timed alone with the benchmark's 10 /
 50 candidates, and with the candidate pool memory_search asks each of them for) and the same search
-through POST /api/v1/search (Django's test client: the request stack without a socket). Query
-embeddings are precomputed (the embedding call is excluded). ``--catalog N`` then gives N more agents a
+through POST /api/v1/search (Django's test client: the request stack without a socket), and hybrid
+memory_search with keyword expansion off and run for every rare word (the measured agents' words read
+and embedded by the `memory_words` task's code first). Query embeddings are precomputed (the embedding
+call is excluded; a question's words for expansion get the fake provider's vectors). ``--catalog N`` then gives N more agents a
 GIN and an HNSW partial index each and measures the big agent again (hybrid search, planning, a new
 connection's first statement, a COPY of 7,000 rows): what one table with thousands of partial indexes
 costs. For the big agent, the keyword half's top 10 is compared with an unbounded exact BM25 for each
