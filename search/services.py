@@ -381,7 +381,9 @@ def _memory_search(
                 word_vectors = memory_word_vectors(agent_id=agent.pk, identity_key=identity.key, words=list(words))
         except SearchTimedOut:
             words = ()
-        words = tuple(word for word in words if word not in word_vectors)
+        # Words the memory lacks are embedded with the query, or left out (MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS).
+        absent = settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS
+        words = tuple(word for word in words if word not in word_vectors) if absent else ()
     if used_mode in ("hybrid", "vector"):
         embedding, why_not = _embed_for_search(
             identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline,

@@ -71,6 +71,14 @@ def test_variant_values_are_numbers_where_they_can_be():
     )
 
 
+
+def test_variant_values_true_and_false_are_booleans():
+    # The string "false" is truthy: a boolean setting turned off this way stayed on (2026-11-28).
+    assert variant_parse("v:MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS=false,MEMORYHUB_SEARCH_X=True") == (
+        "v", {"MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS": False, "MEMORYHUB_SEARCH_X": True},
+    )
+
+
 def test_timing_interleaves_the_variants_searches(transactional_db, tiny_data, capsys, monkeypatch):
     """--timing: after one search that caches the query's embedding, each question is searched ROUNDS times
     under every variant, the variants' order turning from one search to the next."""

@@ -87,6 +87,14 @@ def test_a_word_the_memory_holds_often_enough_is_not_expanded(alice, index_files
     # A word the memory lacks is always rare enough.
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 50.0
     assert explained(alice, "the budget")[0]["memory/office.md"]["expansion"] == {"budget": ["costs", "spend"]}  # equally near: by word
+    # Words the memory lacks left out: "budget" is not expanded (nor embedded), "spend" still is.
+    settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS = False
+    FakeProvider.reset_counts()
+    assert all("expansion" not in e for e in explained(alice, "the budget")[0].values())
+    assert FakeProvider.queries_embedded == 1
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS = True
     MemoryWord.objects.filter(agent=alice.agent, word__in=["spend", "costs"]).delete()  # no word near enough
     assert all("expansion" not in e for e in explained(alice, "the budget")[0].values())
 

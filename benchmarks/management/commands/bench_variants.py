@@ -58,6 +58,8 @@ UNHURRIED = {
 
 
 def _value(text: str):
+    if text.lower() in ("true", "false"):  # a boolean setting: the string "false" would read as true
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)
