@@ -21,7 +21,7 @@ from indexing.maintenance import index_maintenance
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 from memoryhub.observability import background_queue_name
 from memoryhub.usage.models import SearchEvent, UsageHour
-from search.models import KeywordAgentStats, KeywordTermStats
+from search.models import KeywordAgentStats, KeywordTermStats, MemoryWord, MemoryWordsState
 from tests.agents.test_agent_delete import deletion_tasks  # noqa: F401 (a fixture)
 from tests.agents.test_team_admin import login
 from tests.indexing.test_chunk_partitions import _chunks, _file
@@ -35,8 +35,8 @@ AUDIT_TABLE = AuditEvent._meta.db_table
 
 def fill(member, other) -> None:
     """Rows in every table that references an agent: files and chunks, jobs, an embedding batch, its
-    embedding cache, keyword stats, usage rows, a token (the member's own) and grants both ways with
-    ``other``."""
+    embedding cache, keyword stats, the memory's words for keyword expansion, usage rows, a token (the
+    member's own) and grants both ways with ``other``."""
     agent = member.agent
     for number in range(FILES):
         _chunks(agent, _file(agent, number), CHUNKS_PER_FILE)
@@ -49,6 +49,10 @@ def fill(member, other) -> None:
     )
     KeywordAgentStats.objects.create(agent=agent, chunks=30, avg_tokens=3.0, refreshed_at=timezone.now())
     KeywordTermStats.objects.bulk_create(KeywordTermStats(agent=agent, lexeme=f"word{i}", df=1) for i in range(9))
+    MemoryWord.objects.bulk_create(
+        MemoryWord(agent=agent, word=f"word{i}", embedding_identity="fake:m:3", embedding=[1, 0, 0]) for i in range(8)
+    )
+    MemoryWordsState.objects.create(agent=agent, last_chunk_id=1, words=8)
     SearchEvent.objects.bulk_create(SearchEvent(agent=agent, mode="hybrid", results=1, took_ms=1.0) for _ in range(7))
     now = timezone.now().replace(minute=0, second=0, microsecond=0)
     UsageHour.objects.bulk_create(UsageHour(agent=agent, hour=now - timedelta(hours=i)) for i in range(3))
