@@ -520,11 +520,6 @@ class LocalProvider(EmbeddingProvider):
     def embed_query_windows(self, texts: list[str]) -> list[Vector]:
         return self.embed_documents(texts)  # one batch through the model
 
-    def embed_query_and_words(self, windows: list[str], words: list[str]) -> list[Vector]:
-        # Two batches: in one, every word would be padded to the query's length (a meetings question's
-        # search took 56 instead of 25 ms at the median through the server, docs/search.md).
-        return self.embed_documents(windows) + (self.embed_documents(words) if words else [])
-
     def warm_up(self) -> None:
         """Load the model and run it once, in a process that is about to fork (the gunicorn master, the
         Celery worker before its pool starts), so every child shares the loaded pages and none pays

@@ -269,8 +269,9 @@ def test_the_expansion_runs_beside_the_vector_half_when_a_helper_is_free_with_th
     assert threads[3].startswith("search-half") and threads[4] == threading.current_thread().name
 
 
-def test_the_local_model_embeds_the_question_words_in_a_batch_of_their_own(settings):
-    """One batch would pad every word to the question's length (the model's cost grows with it)."""
+def test_the_local_model_embeds_the_question_and_its_words_in_one_batch(settings):
+    """One pass of the model: a second pass for the words cost more than padding them to the question's
+    length, for the 1-5 words a question usually sends (docs/search.md)."""
     from indexing.embedding_identity import EmbeddingIdentity
     from indexing.embeddings import LocalProvider
 
@@ -286,5 +287,5 @@ def test_the_local_model_embeds_the_question_words_in_a_batch_of_their_own(setti
     provider = LocalProvider(EmbeddingIdentity(provider="local", model="m", dimensions=4))
     provider._loaded = lambda: Model()
     vectors = provider.embed_query_and_words(["what budget did we set?"], ["budget", "set"])
-    assert len(vectors) == 3 and batches == [["what budget did we set?"], ["budget", "set"]]
+    assert len(vectors) == 3 and batches == [["what budget did we set?", "budget", "set"]]
     assert provider.embed_query_and_words(["a question"], []) and batches[-1] == ["a question"]
