@@ -550,8 +550,8 @@ MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS = env_int("MEMORYHUB_SEARCH_EXPANSION_NEIG
 # neighbours lengthen the second keyword query).
 MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED = env_int("MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED", 4, minimum=1, maximum=12)
 # Whether a question's words that the memory lacks are expanded too: they are embedded with the query (in
-# the same request to a remote provider; one more pass of the local model, ~10 ms on CPU). The words the
-# memory holds have their vectors already.
+# the same request or batch; 5-15 ms more of the local model's pass on CPU). The words the memory holds
+# have their vectors already.
 MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS = env_bool("MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS", True)
 MEMORYHUB_SEARCH_EXPANSION_MAX_QUERY_WORDS = env_int("MEMORYHUB_SEARCH_EXPANSION_MAX_QUERY_WORDS", 30, minimum=1, maximum=200)
 MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = env_int("MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS", 20_000, minimum=0, maximum=1_000_000)
