@@ -12,11 +12,12 @@ from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 from indexing.window_probe import model_window_source
 from memoryhub.domain import NotFound
-from search.models import MemoryWord
 
 
 def agent_index_status(*, agent: Agent) -> dict:
     """The numbers behind GET /api/v1/status for one agent."""
+    from search.expansion import memory_words_counts  # search's table (imported here, as partitions.py does)
+
     files = MemoryFile.objects.filter(agent=agent).aggregate(
         files=Count("id"),
         pending=Count("id", filter=Q(state__in=[MemoryFile.State.PENDING, MemoryFile.State.INDEXING])),
@@ -51,9 +52,7 @@ def agent_index_status(*, agent: Agent) -> dict:
             "window_source": window_source,
         },
         "embedding_batches": batches,
-        "memory_words": MemoryWord.objects.filter(agent=agent).aggregate(
-            words=Count("id"), embedded=Count("id", filter=Q(embedding_identity=identity.key) & ~Q(embedding_identity=""))
-        ),
+        "memory_words": memory_words_counts(agent_id=agent.pk, identity_key=identity.key),
         "last_indexed_at": files["last_indexed_at"],
     }
 

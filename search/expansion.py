@@ -123,12 +123,13 @@ class WordsOutcome:
     indexes_dropped: list[str] = field(default_factory=list)
 
 
-# Live agents whose chunks were written since their words were last read, or whose words lack a vector of
-# ``identity``: max(id) per agent is one probe of its partition's primary key.
+# Live agents (of ``only``, when it is not null) whose chunks were written since their words were last
+# read, or whose words lack a vector of ``identity``: max(id) per agent is one probe of its partition's
+# primary key.
 _AGENTS_WITH_WORK_SQL = f"""
 SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0)
 FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
-WHERE a.deletion_requested_at IS NULL
+WHERE a.deletion_requested_at IS NULL AND (%(only)s::bigint[] IS NULL OR a.id = ANY(%(only)s::bigint[]))
   AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0)
        OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id AND w.embedding_identity <> %(identity)s))
 ORDER BY a.id
@@ -153,8 +154,10 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
             outcome.skipped = "another run is reading the memories' words"
             return outcome
         with connection.cursor() as cursor:
-            cursor.execute(_AGENTS_WITH_WORK_SQL, {"identity": identity.key if identity.has_vectors else ""})
-            agents = [row for row in cursor.fetchall() if agent_ids is None or row[0] in agent_ids]
+            cursor.execute(
+                _AGENTS_WITH_WORK_SQL, {"identity": identity.key if identity.has_vectors else "", "only": agent_ids}
+            )
+            agents = cursor.fetchall()
         for agent_id, last_chunk_id, words in agents:
             if time.monotonic() >= deadline:
                 outcome.finished = False
@@ -240,10 +243,17 @@ def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutc
         outcome.words_embedded += len(rows)
 
 
+def memory_words_counts(*, agent_id: int, identity_key: str) -> dict[str, int]:
+    """GET status's ``memory_words``: the agent's words, and how many have a vector of ``identity_key``
+    (none without a model: an unembedded word's identity is blank too)."""
+    from django.db.models import Count, Q
+
+    embedded = Q(embedding_identity=identity_key) & ~Q(embedding_identity="")
+    return MemoryWord.objects.filter(agent_id=agent_id).aggregate(words=Count("id"), embedded=Count("id", filter=embedded))
+
+
 # --- Per-agent HNSW indexes of the words -------------------------------------------------------------
 
-# pgvector indexes at most 2,000 dimensions with HNSW (search/vector_index.py): larger are scanned exactly.
-HNSW_MAX_DIMENSIONS = 2000
 WORD_INDEX_PATTERN = re.compile(r"^word_hnsw_a(\d+)_([0-9a-f]{8})$")
 
 
@@ -259,6 +269,7 @@ def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome)
     being deleted or gone is dropped, and an invalid one (an interrupted build) is built again. Runs under
     memory_words_sync's lock."""
     from search.ddl import concurrently_clause
+    from search.vector_index import HNSW_MAX_DIMENSIONS  # larger vectors are scanned exactly
 
     concurrently = concurrently_clause()
     with connection.cursor() as cursor:
