@@ -534,12 +534,12 @@ MEMORYHUB_SEARCH_DATE_MAX_LEXEMES = env_int("MEMORYHUB_SEARCH_DATE_MAX_LEXEMES",
 MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT = env_float("MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT", 0.5, minimum=0, maximum=4)
 # Keyword expansion by words of like meaning (search/expansion.py): each content word of a question of at
 # most EXPANSION_MAX_QUERY_WORDS words whose BM25 IDF in the agent is at least EXPANSION_MIN_IDF (a word
-# few of its chunks hold), or which none of them holds, brings the EXPANSION_NEIGHBOURS words of the
-# agent's memory nearest to it in meaning (cosine at least EXPANSION_MIN_SIMILARITY); those words are a
-# second keyword query, and each chunk's keyword score becomes its own + WEIGHT x its score there, scaled
-# so the best is 1 again. WEIGHT 0 = off. The memory's words (at most EXPANSION_MAX_WORDS per agent) are
-# read from its chunks and embedded by the `memory_words` task every EXPANSION_INTERVAL seconds. Measured
-# in docs/search.md.
+# few of its chunks hold, counted as the memory's words are read), or which none of them holds, brings the
+# EXPANSION_NEIGHBOURS words of the agent's memory nearest to it in meaning (cosine at least
+# EXPANSION_MIN_SIMILARITY); those words are a second keyword query, and each chunk's keyword score
+# becomes its own + WEIGHT x its score there, scaled so the best is 1 again. WEIGHT 0 = off. The memory's
+# words and lexemes (at most EXPANSION_MAX_WORDS of each per agent) are read from its chunks, counted and
+# embedded by the `memory_words` task every EXPANSION_INTERVAL seconds. Measured in docs/search.md.
 MEMORYHUB_SEARCH_EXPANSION_WEIGHT = env_float("MEMORYHUB_SEARCH_EXPANSION_WEIGHT", 0.3, minimum=0, maximum=4)
 MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = env_float("MEMORYHUB_SEARCH_EXPANSION_MIN_IDF", 3.0, minimum=0)
 MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY = env_float(

@@ -11,21 +11,27 @@ chunk's keyword score becomes its own plus MEMORYHUB_SEARCH_EXPANSION_WEIGHT tim
 scaled so the best is 1 again. Measured on both dev sets in docs/search.md ("Keyword expansion ...").
 
 Only rare words are expanded: a common word (the speakers' names, "meeting") already finds many chunks,
-and its neighbours would only add noise. Rare means a BM25 IDF of at least
-MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in the agent, as the keyword half computed it for this question.
+and its neighbours would only add noise. Rare means that the word's lexeme has a BM25 IDF of at least
+MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in the agent, or stands in none of its chunks: the keyword half's
+IDF, but counted when the memory's words are read, so that the gate is known before either half runs.
 
 Two parts:
 
 - **The memory's words** (``memory_words_sync``, the periodic ``memory_words`` task): each agent's
-  chunks written since the last run are read, their new words stored (``MemoryWord``, at most
-  MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS per agent), and the words without a vector of the configured
-  model embedded. A provider failure leaves the words without vectors for the next run; the indexing
-  jobs never wait for this. A word stays when the text holding it goes: it then finds nothing.
-- **At search** (``keyword_expanded``): the question's content words are embedded with the query, in
-  the same provider request (search/services.py); after the keyword half, the rare ones look up their
-  nearest memory words (one exact scan of the agent's words) and the second keyword query runs, both
-  under the search's deadline. Out of time, or with no word near enough, the keyword half stays as it
-  was. Only the asking agent's words are read.
+  chunks written since the last run are read; their new words are stored (``MemoryWord``, at most
+  MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS per agent), the chunks holding each of their lexemes counted
+  (``MemoryLexeme``, out of ``MemoryWordsState.chunks``), and the words without a vector of the
+  configured model embedded. A provider failure leaves the words without vectors for the next run; the
+  indexing jobs never wait for this. A word stays, and a lexeme keeps its count, when the text holding
+  it goes: the word then finds nothing. A chunk written again (an edited file) is counted again, so the
+  IDF is of the chunks ever written.
+- **At search** (search/services.py): ``expansion_plan`` reads the question's content words' lexeme
+  counts and vectors (one statement, before either half runs) and keeps the rare ones; those the memory
+  holds have their vectors there, the others are embedded with the query, in the same provider request.
+  ``expansion_query`` (the nearest memory words of each, one statement, then the second keyword query)
+  needs nothing of the keyword half, so it runs beside both halves; ``lifted`` merges it into the
+  keyword half. All of it runs under the search's deadline: out of time, or with no word near enough,
+  the keyword half stays as it was. Only the asking agent's words are read.
 """
 
 from __future__ import annotations
@@ -35,20 +41,24 @@ import logging
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import connection, transaction
 
+from indexing.keyword_document import KEYWORD_CONFIG
 from indexing.tables import AGENT, CHUNK
-from search.keyword import KeywordHit, KeywordResult, keyword_candidates, lines_lexemes
-from search.models import MemoryWord, MemoryWordsState
+from memoryhub.replicas import read_connection
+from search.keyword import KeywordHit, KeywordResult, bm25_idf, keyword_candidates
+from search.models import MemoryLexeme, MemoryWord, MemoryWordsState
 from search.types import SearchFilters
 
 logger = logging.getLogger(__name__)
 
 WORDS = MemoryWord._meta.db_table
 WORDS_STATE = MemoryWordsState._meta.db_table
+LEXEMES = MemoryLexeme._meta.db_table
 
 # Words are ASCII letters, lower-cased: the measured form (docs/search.md). Longer words are not words.
 WORD = re.compile(r"[A-Za-z][a-z]+")
@@ -127,7 +137,7 @@ class WordsOutcome:
 # read, or whose words lack a vector of ``identity``: max(id) per agent is one probe of its partition's
 # primary key.
 _AGENTS_WITH_WORK_SQL = f"""
-SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0)
+SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0), coalesce(s.lexemes, 0)
 FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
 WHERE a.deletion_requested_at IS NULL AND (%(only)s::bigint[] IS NULL OR a.id = ANY(%(only)s::bigint[]))
   AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0)
@@ -138,7 +148,8 @@ ORDER BY a.id
 
 def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | None = None) -> WordsOutcome:
     """Bring every agent's words up to date (or only ``agent_ids``'): read the chunks written since the
-    last run, store their new words, embed the words without a vector of the configured model. Stops
+    last run, store their new words and count their lexemes, embed the words without a vector of the
+    configured model. Stops
     after ``seconds`` (the next run goes on where it stopped). Safe to run twice at once: the second run
     returns with ``skipped`` set."""
     from indexing.embedding_identity import configured_identity
@@ -158,41 +169,57 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
                 _AGENTS_WITH_WORK_SQL, {"identity": identity.key if identity.has_vectors else "", "only": agent_ids}
             )
             agents = cursor.fetchall()
-        for agent_id, last_chunk_id, words in agents:
+        for agent_id, last_chunk_id, words, lexemes in agents:
             if time.monotonic() >= deadline:
                 outcome.finished = False
                 break
             outcome.agents += 1
-            _words_read(agent_id=agent_id, after=last_chunk_id, words=words, deadline=deadline, outcome=outcome)
+            _words_read(
+                agent_id=agent_id, after=last_chunk_id, words=words, lexemes=lexemes, deadline=deadline, outcome=outcome
+            )
             if identity.has_vectors:
                 _words_embed(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome)
         words_indexes_sync(identity=identity, agent_ids=[agent_id for agent_id, *_ in agents], outcome=outcome)
     return outcome
 
 
-def _words_read(*, agent_id: int, after: int, words: int, deadline: float, outcome: WordsOutcome) -> None:
-    """Store the new words of the agent's chunks above ``after`` (chunk id), CHUNKS_PER_READ at a time, each
-    read committed with the new watermark. Once the agent holds MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS words,
-    the watermark moves on without reading."""
+# One read's lexemes counted: a lexeme already stored gains the chunks of this read that hold it; new ones
+# are stored with theirs, the most frequent first, while the agent has room (the row count: those added).
+_LEXEMES_COUNT_SQL = f"""
+WITH batch AS (SELECT x, n FROM unnest(%(lexemes)s::text[], %(counts)s::int[]) AS b(x, n)),
+counted AS (
+    UPDATE {LEXEMES} l SET chunks = l.chunks + batch.n FROM batch
+    WHERE l.agent_id = %(agent)s AND l.lexeme = batch.x
+    RETURNING l.lexeme
+)
+INSERT INTO {LEXEMES} (agent_id, lexeme, chunks)
+SELECT %(agent)s, batch.x, batch.n FROM batch WHERE batch.x NOT IN (SELECT lexeme FROM counted)
+ORDER BY batch.n DESC, batch.x LIMIT %(room)s
+ON CONFLICT (agent_id, lexeme) DO NOTHING
+"""
+
+
+def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline: float, outcome: WordsOutcome) -> None:
+    """Read the agent's chunks above ``after`` (chunk id), CHUNKS_PER_READ at a time, each read committed
+    with the new watermark: their new words are stored, and the chunks holding each of their lexemes (the
+    keyword index's, from the chunk's search vector) counted (_LEXEMES_COUNT_SQL). Past
+    MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS words (or lexemes) no new one is stored; the chunks are still
+    read, and the lexemes held still counted."""
     cap = settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
     while time.monotonic() < deadline:
         with transaction.atomic(), connection.cursor() as cursor:
-            if words >= cap:
-                cursor.execute(f"SELECT max(id) FROM {CHUNK} WHERE agent_id = %s", [agent_id])
-                rows, last = [], cursor.fetchone()[0] or after
-            else:
-                cursor.execute(
-                    f"SELECT id, text FROM {CHUNK} WHERE agent_id = %s AND id > %s ORDER BY id LIMIT %s",
-                    [agent_id, after, CHUNKS_PER_READ],
-                )
-                rows = cursor.fetchall()
-                last = rows[-1][0] if rows else after
-            if last <= after:
+            cursor.execute(
+                f"SELECT id, text, tsvector_to_array(search_vector) FROM {CHUNK} WHERE agent_id = %s AND id > %s "
+                "ORDER BY id LIMIT %s",
+                [agent_id, after, CHUNKS_PER_READ],
+            )
+            rows = cursor.fetchall()
+            if not rows:
                 return
             found: set[str] = set()
-            for _, text in rows:
+            for _, text, _ in rows:
                 found |= text_words(text)
-            if found:
+            if found and words < cap:
                 cursor.execute(
                     f"INSERT INTO {WORDS} (agent_id, word, embedding_identity) "
                     f"SELECT %s, w, '' FROM unnest(%s::text[]) AS w ORDER BY w LIMIT %s "
@@ -201,13 +228,22 @@ def _words_read(*, agent_id: int, after: int, words: int, deadline: float, outco
                 )
                 words += cursor.rowcount
                 outcome.words_added += cursor.rowcount
+            held = Counter(lexeme for _, _, chunk_lexemes in rows for lexeme in chunk_lexemes or ())
+            if held:
+                counted = sorted(held)
+                cursor.execute(
+                    _LEXEMES_COUNT_SQL,
+                    {"agent": agent_id, "lexemes": counted, "counts": [held[x] for x in counted], "room": max(0, cap - lexemes)},
+                )
+                lexemes += cursor.rowcount
             outcome.chunks_read += len(rows)
+            after = rows[-1][0]
             cursor.execute(
-                f"INSERT INTO {WORDS_STATE} (agent_id, last_chunk_id, words) VALUES (%s, %s, %s) "
-                "ON CONFLICT (agent_id) DO UPDATE SET last_chunk_id = excluded.last_chunk_id, words = excluded.words",
-                [agent_id, last, words],
+                f"INSERT INTO {WORDS_STATE} (agent_id, last_chunk_id, words, lexemes, chunks) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (agent_id) DO UPDATE SET last_chunk_id = excluded.last_chunk_id, words = excluded.words, "
+                f"lexemes = excluded.lexemes, chunks = {WORDS_STATE}.chunks + excluded.chunks",
+                [agent_id, after, words, lexemes, len(rows)],
             )
-            after = last
 
 
 def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutcome) -> None:
@@ -311,20 +347,27 @@ def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome)
 
 
 # Each question word's nearest memory words: the agent's words of this identity in order of distance,
-# a few more than wanted (the word itself and its own forms are left out afterwards). Agent and identity
-# are literals and the order is over embedding::vector(D): an agent with at least
-# MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words has a partial HNSW index of its own on exactly that
-# (words_index_sync), which the planner then uses; below it, the scan is exact (a few milliseconds).
+# a few more than wanted (the word itself and its own forms are left out afterwards). A question word comes
+# with its vector (embedded with the query) or without (null): the memory's own vector of it is read here,
+# never sent back and forth. Agent and identity are literals and the order is over embedding::vector(D):
+# an agent with at least MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words has a partial HNSW index of its
+# own on exactly that (words_index_sync), which the planner then uses; below it, the scan is exact (a few
+# milliseconds).
 _NEAREST_SQL = """
 SELECT q.i, n.word, n.distance
-FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, i)
+FROM unnest(%s::text[], %s::vector[]) WITH ORDINALITY AS q(w, v, i)
 CROSS JOIN LATERAL (
-    SELECT w.word, w.embedding::vector({dims}) <=> q.v::vector({dims}) AS distance
+    SELECT coalesce(q.v, (SELECT m.embedding FROM {words} m
+                          WHERE m.agent_id = {agent} AND m.word = q.w AND m.embedding_identity = {identity})) AS v
+) e
+CROSS JOIN LATERAL (
+    SELECT w.word, w.embedding::vector({dims}) <=> e.v::vector({dims}) AS distance
     FROM {words} w
     WHERE w.agent_id = {agent} AND w.embedding_identity = {identity}
-    ORDER BY w.embedding::vector({dims}) <=> q.v::vector({dims})
+    ORDER BY w.embedding::vector({dims}) <=> e.v::vector({dims})
     LIMIT %s
 ) n
+WHERE e.v IS NOT NULL
 """
 # With the index, stale statistics must not turn the lookup into a sort of all the agent's words (as in
 # search/vector.py); without it there is no other plan. Local to the statement's transaction.
@@ -333,28 +376,28 @@ _NEAREST_SETTINGS = "SELECT set_config('enable_sort', 'off', true)"
 NEAREST_SLACK = 8
 
 
-def nearest_words(*, agent_id: int, identity_key: str, vectors: dict[str, list[float]]) -> dict[str, list[str]]:
-    """Each word of ``vectors`` → the agent's words nearest to it (at most MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS,
+def nearest_words(
+    *, agent_id: int, identity_key: str, dimensions: int, words: list[str], vectors: dict[str, list[float]] | None = None
+) -> dict[str, list[str]]:
+    """Each of ``words`` → the agent's words nearest to it (at most MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS,
     cosine at least MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY, not the word itself nor one sharing its first
-    SAME_STEM_CHARS letters), nearest first; words with none are left out."""
-    if not vectors:
+    SAME_STEM_CHARS letters), nearest first; words with none are left out. A word's vector is its entry in
+    ``vectors``, else the memory's own (a word with neither has no neighbours)."""
+    if not words:
         return {}
     from search.vector import _vector_literal, rows_with_settings
 
-    asked = list(vectors)
-    dims = len(vectors[asked[0]])
+    vectors = vectors or {}
     k = settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS
     farthest = 1 - settings.MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY
     sql = _NEAREST_SQL.format(
-        dims=int(dims), words=WORDS, agent=int(agent_id), identity=_sql_string(identity_key),
+        dims=int(dimensions), words=WORDS, agent=int(agent_id), identity=_sql_string(identity_key),
     )
-    rows = rows_with_settings(
-        setting=_NEAREST_SETTINGS, setting_params=[], sql=sql,
-        params=[[_vector_literal(vectors[word]) for word in asked], k + NEAREST_SLACK],
-    )
+    given = [_vector_literal(vectors[word]) if word in vectors else None for word in words]
+    rows = rows_with_settings(setting=_NEAREST_SETTINGS, setting_params=[], sql=sql, params=[words, given, k + NEAREST_SLACK])
     found: dict[str, list[str]] = {}
     for i, word, distance in sorted(rows, key=lambda row: (row[0], row[2], row[1])):
-        question_word = asked[i - 1]
+        question_word = words[i - 1]
         near = found.setdefault(question_word, [])
         if distance <= farthest and len(near) < k and word != question_word and word[:SAME_STEM_CHARS] != question_word[:SAME_STEM_CHARS]:
             near.append(word)
@@ -366,50 +409,84 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def memory_word_vectors(*, agent_id: int, identity_key: str, words: list[str]) -> dict[str, list[float]]:
-    """The vectors the agent's memory has already for these words (of ``identity_key``): a question's word
-    the memory holds needs no embedding at search time."""
+@dataclass
+class ExpansionPlan:
+    """A question's rare words, rarest first: those the memory holds a vector of (the lookup reads it
+    there), and the vectors of the others once they are embedded with the query."""
+
+    words: list[str]
+    held: frozenset[str]
+    vectors: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def to_embed(self) -> tuple[str, ...]:
+        return tuple(word for word in self.words if word not in self.held and word not in self.vectors)
+
+
+# Each content word of a question: its lexeme (a word the keyword configuration drops has none and is not
+# returned), the agent's chunks read and how many hold the lexeme (null: none), and whether the memory
+# holds a vector of the word of the configured model.
+_PLAN_SQL = f"""
+SELECT q.i, q.w, x.lexeme, s.chunks, l.chunks, m.id IS NOT NULL
+FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(w, i)
+CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS x(lexeme)
+JOIN {WORDS_STATE} s ON s.agent_id = %(agent)s
+LEFT JOIN {LEXEMES} l ON l.agent_id = %(agent)s AND l.lexeme = x.lexeme
+LEFT JOIN {WORDS} m ON m.agent_id = %(agent)s AND m.word = q.w AND m.embedding_identity = %(identity)s
+ORDER BY q.i
+"""
+
+
+def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> ExpansionPlan | None:
+    """The words of ``query`` to expand (see the module docstring), or None: its content words (at most
+    MAX_EXPANDED_WORDS, one statement, _PLAN_SQL) whose lexeme has a BM25 IDF of at least
+    MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in the agent's chunks read, or stands in none of them, the rarest
+    MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED. A word without a vector in the memory is left out when
+    MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS is off. Nothing is expanded before the agent's chunks are read."""
+    words = expansion_words(query)
     if not words:
-        return {}
-    rows = MemoryWord.objects.filter(agent_id=agent_id, embedding_identity=identity_key, word__in=words)
-    return {word: [float(value) for value in vector] for word, vector in rows.values_list("word", "embedding")}
-
-
-def rare_words(words: list[str], keyword: KeywordResult) -> list[str]:
-    """The words of ``words`` rare in the agent, rarest first, at most MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED:
-    a lexeme of theirs has a BM25 IDF of at least MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in this keyword result,
-    or matched nothing (a word the keyword configuration drops as a stop word has no lexeme and is left out)."""
+        return None
+    with read_connection.cursor() as cursor:  # where the search reads: a replica or the primary
+        cursor.execute(_PLAN_SQL, {"words": words, "config": KEYWORD_CONFIG, "agent": agent_id, "identity": identity_key})
+        rows = cursor.fetchall()
     floor = settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF
-    rarity = {
-        word: max(keyword.idf.get(lexeme, math.inf) for lexeme in lexemes)
-        for word, lexemes in zip(words, lines_lexemes(words)) if lexemes
-    }
-    rare = [word for word in words if rarity.get(word, 0.0) >= floor]
-    return sorted(rare, key=lambda word: -rarity[word])[: settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED]
+    absent_too = settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS
+    rarity: dict[str, float] = {}
+    held: set[str] = set()
+    for _, word, _, total, chunks, has_vector in rows:
+        if not total or (not has_vector and not absent_too):
+            continue
+        rarity[word] = max(rarity.get(word, 0.0), bm25_idf(n=total, df=chunks) if chunks else math.inf)
+        if has_vector:
+            held.add(word)
+    rare = [word for word in rarity if rarity[word] >= floor]
+    rare = sorted(rare, key=lambda word: -rarity[word])[: settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED]
+    return ExpansionPlan(words=rare, held=frozenset(held & set(rare))) if rare else None
 
 
-def keyword_expanded(
-    *, agent_id: int, identity_key: str, keyword: KeywordResult, vectors: dict[str, list[float]],
-    filters: SearchFilters, limit: int,
+def expansion_query(
+    *, agent_id: int, identity_key: str, dimensions: int, plan: ExpansionPlan, filters: SearchFilters, limit: int
 ) -> KeywordResult:
-    """``keyword`` (the question's keyword half) with the second keyword query of its rare words'
-    neighbours added (see the module docstring); ``keyword`` itself when no word has a neighbour. The
-    caller runs it under the search's deadline."""
-    rare = rare_words(list(vectors), keyword)
-    neighbours = nearest_words(agent_id=agent_id, identity_key=identity_key, vectors={w: vectors[w] for w in rare})
+    """The second keyword query: the memory's words nearest to each of the plan's rare words (each held by
+    the memory or embedded by now), searched together; its ``expansion`` says which word brought which.
+    No hits when no word has a neighbour. Needs nothing of the keyword half, so it runs beside it; the
+    caller runs it under the search's deadline and merges it with ``lifted``."""
+    neighbours = nearest_words(
+        agent_id=agent_id, identity_key=identity_key, dimensions=dimensions, words=plan.words, vectors=plan.vectors
+    )
     extra = list(dict.fromkeys(word for found in neighbours.values() for word in found))
     if not extra:
-        return keyword
+        return KeywordResult(hits=[], lexemes=[], idf={})
     second = keyword_candidates(agent_id=agent_id, query=" ".join(extra), filters=filters, limit=limit)
-    return lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT, expansion=neighbours)
+    return replace(second, expansion=neighbours)
 
 
-def lifted(first: KeywordResult, second: KeywordResult, *, weight: float, expansion: dict[str, list[str]]) -> KeywordResult:
+def lifted(first: KeywordResult, second: KeywordResult, *, weight: float) -> KeywordResult:
     """The hits of ``first`` with ``weight`` times their score in ``second`` added (hits only in ``second``
     join with that alone), scaled so the best scores 1; each hit keeps the part ``second`` gave it
     (``expansion_score``, on the same scale) for ``explain``. At most the two results' hits together
-    (each at most the search's pool). The query's lexemes and IDFs stay ``first``'s:
-    snippets pick the lines of the question's own words."""
+    (each at most the search's pool). The query's lexemes and IDFs stay ``first``'s (snippets pick the
+    lines of the question's own words); its ``expansion`` is ``second``'s."""
     scores = {hit.chunk_id: hit.score for hit in first.hits}
     added = {hit.chunk_id: weight * hit.score for hit in second.hits}
     where = {hit.chunk_id: hit for hit in [*second.hits, *first.hits]}
@@ -424,4 +501,4 @@ def lifted(first: KeywordResult, second: KeywordResult, *, weight: float, expans
         )
         for chunk_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0]))
     ]
-    return KeywordResult(hits=hits, lexemes=first.lexemes, idf=first.idf, exact=first.exact, expansion=expansion)
+    return KeywordResult(hits=hits, lexemes=first.lexemes, idf=first.idf, exact=first.exact, expansion=second.expansion)

@@ -56,3 +56,18 @@ class MemoryWordsState(models.Model):
     # The largest chunk id whose words were read: the next run reads the chunks written since.
     last_chunk_id = models.BigIntegerField(default=0)
     words = models.PositiveIntegerField(default=0)  # rows in MemoryWord for the agent
+    chunks = models.BigIntegerField(default=0, db_default=0)  # chunks read, their lexemes counted
+    lexemes = models.PositiveIntegerField(default=0, db_default=0)  # rows in MemoryLexeme for the agent
+
+
+class MemoryLexeme(models.Model):
+    """How many of the agent's chunks read (MemoryWordsState.chunks) hold ``lexeme`` (of the keyword
+    index's configuration): its BM25 IDF, which gates keyword expansion before either search half runs
+    (search/expansion.py)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    lexeme = models.TextField()
+    chunks = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "lexeme"], name="memory_lexeme_agent_lexeme_uniq")]

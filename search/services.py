@@ -1,9 +1,10 @@
 """memory_search: the one entry point every caller uses (REST API, tools, MCP, admin playground).
 
-query → validate → embed the query (LRU-cached; a question's content words with it) → vector and keyword
-candidates of this agent only, a pool wider than max_results → the keyword half expanded by the memory's
-words nearest to the question's rare words (search/expansion.py) → fuse (search/fusion.py) → optional recency boost → a question's named
-dates (search/dates.py) → min_score → a long query's results spread over what it talks about →
+query → validate → a question's rare words read off the memory's words (search/expansion.py) → embed
+the query (LRU-cached; the rare words the memory lacks with it) → vector and keyword candidates of this
+agent only, a pool wider than max_results, and beside them a second keyword query of the memory's words
+nearest to the rare ones, which lifts the keyword half → fuse (search/fusion.py) → optional recency
+boost → a question's named dates (search/dates.py) → min_score → a long query's results spread over what it talks about →
 overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
 
 Bounds (search/deadline.py, search/query_breaker.py): every query runs under a statement timeout within
@@ -43,7 +44,7 @@ from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
-from search.expansion import WORDS, expansion_words, keyword_expanded, memory_word_vectors
+from search.expansion import WORDS, expansion_plan, expansion_query, lifted
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
@@ -371,19 +372,27 @@ def _memory_search(
         )
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
-    # Keyword expansion's words (search/expansion.py), hybrid searches only: those the agent's memory holds
-    # have their vectors there, the others are embedded with the query.
-    words = tuple(expansion_words(query)) if used_mode == "hybrid" and has_words else ()
-    word_vectors: dict[str, list[float]] = {}
-    if words:
+    # Keyword expansion (search/expansion.py), hybrid searches only: the question's rare words, read off the
+    # memory's words. Its second keyword query needs nothing of either half, only the words' vectors: it
+    # starts on a helper as soon as they are known (at once when the memory holds them all, else once the
+    # query embedding brought the others) and runs beside the rest.
+    plan = None
+    if used_mode == "hybrid" and has_words:
         try:
             with deadline.queries():
-                word_vectors = memory_word_vectors(agent_id=agent.pk, identity_key=identity.key, words=list(words))
+                plan = expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=query)
         except SearchTimedOut:
-            words = ()
-        # Words the memory lacks are embedded with the query, or left out (MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS).
-        absent = settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS
-        words = tuple(word for word in words if word not in word_vectors) if absent else ()
+            pass
+
+    def expansion() -> KeywordResult:
+        with deadline.queries():
+            return expansion_query(
+                agent_id=agent.pk, identity_key=identity.key, dimensions=identity.dimensions, plan=plan, filters=filters,
+                limit=pool,
+            )
+
+    expansion_later = run_beside(expansion) if plan is not None and not plan.to_embed else None
+    words = plan.to_embed if plan is not None else ()
     if used_mode in ("hybrid", "vector"):
         embedding, why_not = _embed_for_search(
             identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline,
@@ -393,25 +402,9 @@ def _memory_search(
             notes.append(f"{why_not} Keyword search only.")
             used_mode = "keyword"
         elif words:
-            embedding, word_vectors = embedding[: -len(words)], {**word_vectors, **dict(zip(words, embedding[-len(words):]))}
-    if embedding is None:
-        word_vectors = {}
-
-    def expanded(found: KeywordResult) -> KeywordResult:
-        """The keyword half with keyword expansion's second query (search/expansion.py); as it was when out of time."""
-        try:
-            with deadline.queries():
-                return keyword_expanded(
-                    agent_id=agent.pk, identity_key=identity.key, keyword=found, vectors=word_vectors, filters=filters, limit=pool
-                )
-        except SearchTimedOut:
-            return found
-
-    # Expansion needs the keyword half's IDFs: when that half runs beside, the expansion follows it on
-    # another helper if one is free, beside the vector half too.
-    expansion_later = None
-    if word_vectors and keyword_later is not None:
-        expansion_later = run_beside(lambda: expanded(keyword_later.result(timeout=max(0.0, deadline.remaining()))))
+            embedding, embedded = embedding[: -len(words)], embedding[-len(words):]
+            plan.vectors.update(zip(words, embedded))
+            expansion_later = run_beside(expansion)
     vector_hits = []
     if embedding is not None:
         try:
@@ -421,6 +414,16 @@ def _memory_search(
                 )
         except SearchTimedOut:
             used_mode = "keyword" if used_mode == "hybrid" else used_mode
+    # The second keyword query: the helper's, or run here when no helper took it (or its run failed), while
+    # the keyword half may still be running on its own.
+    second = None
+    if plan is not None and used_mode == "hybrid":
+        second = _beside_result(expansion_later, deadline=deadline, quiet=True) if expansion_later is not None else None
+        if second is None and not deadline.timed_out:
+            try:
+                second = expansion()
+            except SearchTimedOut:
+                pass
     keyword = None
     if used_mode in ("hybrid", "keyword"):
         try:
@@ -429,10 +432,8 @@ def _memory_search(
                 keyword = keyword_half()
         except SearchTimedOut:
             used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
-    if keyword is not None and word_vectors and used_mode == "hybrid":
-        found = _beside_result(expansion_later, deadline=deadline, quiet=True) if expansion_later is not None else None
-        # The helper's expansion is of the helper's keyword half, the one taken here; when either failed, here.
-        keyword = found if found is not None else expanded(keyword)
+    if keyword is not None and second is not None and second.hits and used_mode == "hybrid":
+        keyword = lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT)
     if keyword is None:
         try:
             with deadline.queries():

@@ -3,12 +3,12 @@
 ``bench_variants --reuse TAG`` run (its agents must exist, their words read):
 
 - the keyword half (``keyword_candidates``), for comparison;
-- the gate (``rare_words``: the question words' lexemes, read against the keyword half's IDFs);
+- the gate (``expansion_plan``: the question words' lexeme counts read in the memory's words);
 - the nearest-word lookup (``nearest_words``) of the rare words;
 - the second keyword query, for the questions whose rare words have a neighbour.
 
-The question words are embedded before the timing (the service embeds them with the query). Run from the
-checkout, with the embedder the agents were indexed with:
+The rare words the memory lacks are embedded outside the timing (the service embeds them with the
+query). Run from the checkout, with the embedder the agents were indexed with:
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 TAG=s41 \\
         .venv/bin/python manage.py shell < benchmarks/experiments/expansion_steps.py
@@ -37,19 +37,21 @@ rare_counts, asked = [], 0
 for number, conversation in enumerate(meetings.conversations[:MEETINGS]):
     agent = Agent.objects.get(slug=f"variants-{TAG}-meetings-{number}")
     for question in conversation.questions[:QUESTIONS]:
-        words = expansion.expansion_words(question.text)
-        if not words:
+        if not expansion.expansion_words(question.text):
             continue
         asked += 1
-        vectors = dict(zip(words, provider.embed_documents(words)))
         started = time.perf_counter()
-        keyword = keyword_candidates(agent_id=agent.pk, query=question.text, filters=SearchFilters(), limit=100)
+        keyword_candidates(agent_id=agent.pk, query=question.text, filters=SearchFilters(), limit=100)
         took["keyword half"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        rare = expansion.rare_words(words, keyword)
+        plan = expansion.expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=question.text)
         took["gate"].append(time.perf_counter() - started)
+        rare = plan.words if plan is not None else []
+        vectors = dict(zip(plan.to_embed, provider.embed_documents(list(plan.to_embed)))) if plan and plan.to_embed else {}
         started = time.perf_counter()
-        near = expansion.nearest_words(agent_id=agent.pk, identity_key=identity.key, vectors={w: vectors[w] for w in rare})
+        near = expansion.nearest_words(
+            agent_id=agent.pk, identity_key=identity.key, dimensions=identity.dimensions, words=rare, vectors=vectors
+        )
         took["nearest words"].append(time.perf_counter() - started)
         rare_counts.append(len(rare))
         extra = list(dict.fromkeys(word for found in near.values() for word in found))

@@ -83,7 +83,7 @@ def neighbours(word: str, vector, words: list[str], matrix, *, at_least: float, 
 def lifted(first, second, *, weight: float):
     """The keyword hits of ``first`` with ``weight`` times their score in ``second`` added, scaled so the
     best scores 1: the service's merge (search/expansion.py)."""
-    return expansion.lifted(first, second, weight=weight, expansion={})
+    return expansion.lifted(first, second, weight=weight)
 
 
 def main(argv: list[str], *, daily_notes: bool = False) -> None:

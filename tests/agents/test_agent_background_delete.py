@@ -21,7 +21,7 @@ from indexing.maintenance import index_maintenance
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
 from memoryhub.observability import background_queue_name
 from memoryhub.usage.models import SearchEvent, UsageHour
-from search.models import KeywordAgentStats, KeywordTermStats, MemoryWord, MemoryWordsState
+from search.models import KeywordAgentStats, KeywordTermStats, MemoryLexeme, MemoryWord, MemoryWordsState
 from tests.agents.test_agent_delete import deletion_tasks  # noqa: F401 (a fixture)
 from tests.agents.test_team_admin import login
 from tests.indexing.test_chunk_partitions import _chunks, _file
@@ -52,7 +52,8 @@ def fill(member, other) -> None:
     MemoryWord.objects.bulk_create(
         MemoryWord(agent=agent, word=f"word{i}", embedding_identity="fake:m:3", embedding=[1, 0, 0]) for i in range(8)
     )
-    MemoryWordsState.objects.create(agent=agent, last_chunk_id=1, words=8)
+    MemoryWordsState.objects.create(agent=agent, last_chunk_id=1, words=8, lexemes=4, chunks=1)
+    MemoryLexeme.objects.bulk_create(MemoryLexeme(agent=agent, lexeme=f"word{i}", chunks=1) for i in range(4))
     SearchEvent.objects.bulk_create(SearchEvent(agent=agent, mode="hybrid", results=1, took_ms=1.0) for _ in range(7))
     now = timezone.now().replace(minute=0, second=0, microsecond=0)
     UsageHour.objects.bulk_create(UsageHour(agent=agent, hour=now - timedelta(hours=i)) for i in range(3))

@@ -7,8 +7,8 @@ import pytest
 from agents.deletion import agent_delete_here
 from indexing.embeddings import FakeProvider, ProviderTransientError
 from indexing.models import Chunk
-from search.expansion import content_words, expansion_words, memory_words_sync, nearest_words
-from search.models import MemoryWord, MemoryWordsState
+from search.expansion import content_words, expansion_plan, expansion_words, memory_words_sync, nearest_words
+from search.models import MemoryLexeme, MemoryWord, MemoryWordsState
 from search.services import memory_search
 
 SYNONYMS = {"budget": "spend", "costs": "spend"}
@@ -62,10 +62,11 @@ def test_a_question_word_absent_from_the_memory_finds_the_word_of_like_meaning(a
     assert office["expansion"] == {"budget": ["spend"]}
     assert "expansion" not in after.get("memory/garden.md", {})
     assert response.results[0].path == "memory/office.md"
-    # The question's content words ride in the query's request: one query, two inputs (query, "budget").
+    # The question's rare words the memory lacks ride in the query's request: one request, three inputs.
     assert content_words("what budget did we set?") == ["budget", "set"]
     assert FakeProvider.queries_embedded == 3
-    # A word the memory holds has its vector there: "spend" is not embedded again, "set" is.
+    # A word the memory holds has its vector there: "spend" (common here: not expanded at all) is not
+    # embedded, "set" is.
     FakeProvider.reset_counts()
     explained(alice, "what spend did we set?")
     assert FakeProvider.queries_embedded == 2
@@ -81,6 +82,8 @@ def test_a_word_the_memory_holds_often_enough_is_not_expanded(alice, index_files
     memory_words_sync()
     # "spend" stands in one chunk of three: its IDF (about 1) is far below the 3.0 floor, so its neighbour
     # "costs" is not searched for.
+    assert MemoryLexeme.objects.get(agent=alice.agent, lexeme="spend").chunks == 1
+    assert MemoryWordsState.objects.get(agent=alice.agent).chunks == 3
     assert all("expansion" not in e for e in explained(alice, "the spend")[0].values())
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
     assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
@@ -99,6 +102,49 @@ def test_a_word_the_memory_holds_often_enough_is_not_expanded(alice, index_files
     assert all("expansion" not in e for e in explained(alice, "the budget")[0].values())
 
 
+def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_first(alice, index_files, settings):
+    from indexing.embedding_identity import configured_identity
+    from search.keyword import keyword_candidates
+    from search.types import SearchFilters
+
+    key = configured_identity().key
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    memory_words_sync()
+    counts = dict(MemoryLexeme.objects.filter(agent=alice.agent).values_list("lexeme", "chunks"))
+    assert counts["spend"] == 1 and counts["tomato"] == 1  # the keyword index's lexemes, stemmed
+    # The office note written again: its new chunk is counted too (the IDF is of the chunks ever written).
+    index_files(alice, {"memory/office.md": OFFICE + "\nThe spend was approved on Monday.\n"})
+    assert memory_words_sync().chunks_read == 1
+    assert MemoryLexeme.objects.get(agent=alice.agent, lexeme="spend").chunks == 2
+    assert MemoryLexeme.objects.get(agent=alice.agent, lexeme="approv").chunks == 1
+    state = MemoryWordsState.objects.get(agent=alice.agent)
+    assert state.chunks == 3 and state.lexemes == MemoryLexeme.objects.filter(agent=alice.agent).count()
+    # Without churn the counts are the keyword half's own: the same IDF as it computes at search time.
+    MemoryLexeme.objects.filter(agent=alice.agent).update(chunks=1)
+    MemoryWordsState.objects.filter(agent=alice.agent).update(chunks=2)  # as if the office note had been indexed once
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.0
+    plan = expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget")
+    # Rarest first, a word of no chunk before all: "budget" (absent), then "spend" and "tomatoes" (one chunk
+    # each: in question order).
+    assert plan.words == ["budget", "spend", "tomatoes"] and plan.to_embed == ("budget",)
+    assert plan.held == {"spend", "tomatoes"}
+    from search.expansion import bm25_idf
+
+    idf = keyword_candidates(agent_id=alice.agent.pk, query="spend tomatoes", filters=SearchFilters(), limit=10).idf
+    assert idf == {"spend": bm25_idf(n=2, df=1), "tomato": bm25_idf(n=2, df=1)}
+    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED = 2
+    assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget").words == ["budget", "spend"]
+    # A word held without a vector of the model is embedded with the query, as an absent one is.
+    MemoryWord.objects.filter(agent=alice.agent, word="tomatoes").update(embedding_identity="")
+    assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="tomatoes").to_embed == ("tomatoes",)
+    settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS = False
+    assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="tomatoes budget") is None
+    # Chunks not read yet (the agent's words from before the counts, read again after the upgrade): none.
+    settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS = True
+    MemoryWordsState.objects.filter(agent=alice.agent).update(chunks=0)
+    assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget") is None
+
+
 def test_an_agent_never_expands_with_another_agents_words(alice, bob, index_files):
     index_files(alice, {"memory/garden.md": GARDEN})
     index_files(bob, {"memory/office.md": OFFICE})
@@ -109,8 +155,16 @@ def test_an_agent_never_expands_with_another_agents_words(alice, bob, index_file
 
     identity = configured_identity()
     vector = SynonymProvider(identity).embed_query("budget")
-    assert nearest_words(agent_id=bob.agent.pk, identity_key=identity.key, vectors={"budget": vector}) == {"budget": ["spend"]}
-    assert nearest_words(agent_id=alice.agent.pk, identity_key=identity.key, vectors={"budget": vector}) == {}
+    def nearest(agent, words, vectors=None):
+        return nearest_words(
+            agent_id=agent.pk, identity_key=identity.key, dimensions=identity.dimensions, words=words, vectors=vectors
+        )
+
+    assert nearest(bob.agent, ["budget"], {"budget": vector}) == {"budget": ["spend"]}
+    assert nearest(alice.agent, ["budget"], {"budget": vector}) == {}
+    # A word given without a vector takes the memory's own vector of it: bob holds "spend", but no other
+    # word near it; alice holds no "spend" at all.
+    assert nearest(bob.agent, ["spend"]) == {} and nearest(alice.agent, ["spend"]) == {}
     found, response = explained(alice, "what budget did we set?")
     assert all("expansion" not in e for e in found.values()) and all(r.path == "memory/garden.md" for r in response.results)
 
@@ -147,11 +201,15 @@ def test_the_words_are_bounded_per_agent_and_only_new_chunks_are_read(alice, ind
     index_files(alice, {"memory/office.md": OFFICE})
     first = memory_words_sync()
     assert first.words_added == 5 == MemoryWord.objects.filter(agent=alice.agent).count()
-    index_files(alice, {"memory/garden.md": GARDEN})
+    index_files(alice, {"memory/garden.md": GARDEN, "memory/more.md": "# More\n\nThe chairs came, and the agreed spend held."})
     second = memory_words_sync()
-    assert (second.words_added, second.chunks_read) == (0, 0)  # full: the watermark moves on unread
+    # Full: no new word or lexeme, but the chunks are still read, and the lexemes held counted.
+    assert (second.words_added, second.chunks_read) == (0, 2)
     state = MemoryWordsState.objects.get(agent=alice.agent)
-    assert state.words == 5 and state.last_chunk_id == max(Chunk.objects.filter(agent=alice.agent).values_list("id", flat=True))
+    assert (state.words, state.lexemes, state.chunks) == (5, 5, 3)
+    assert state.last_chunk_id == max(Chunk.objects.filter(agent=alice.agent).values_list("id", flat=True))
+    lexemes = dict(MemoryLexeme.objects.filter(agent=alice.agent).values_list("lexeme", "chunks"))
+    assert len(lexemes) == 5 and lexemes["chair"] == 2
     assert memory_words_sync().agents == 0  # nothing left to do
 
 
@@ -208,11 +266,13 @@ def test_an_agent_with_many_words_gets_an_hnsw_index_that_the_lookup_uses(alice,
     sql = expansion._NEAREST_SQL.format(
         dims=identity.dimensions, words=expansion.WORDS, agent=alice.agent.pk, identity=expansion._sql_string(identity.key)
     )
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(expansion._NEAREST_SETTINGS)
-        cursor.execute("EXPLAIN " + sql, [[str(vector).replace(" ", "")], 11])
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert name in plan, plan
+    # A question word embedded with the query, and one whose vector the memory holds: the index either way.
+    for words, vectors in ((["budget"], [str(vector).replace(" ", "")]), (["spend"], [None])):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(expansion._NEAREST_SETTINGS)
+            cursor.execute("EXPLAIN " + sql, [words, vectors, 11])
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert name in plan, plan
     assert explained(alice, "what budget did we set?")[0]["memory/office.md"]["expansion"] == {"budget": ["spend"]}
     assert memory_words_sync().indexes_created == []  # nothing new: nothing built again
 
@@ -227,11 +287,12 @@ def test_an_agent_with_many_words_gets_an_hnsw_index_that_the_lookup_uses(alice,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_expansion_runs_beside_the_vector_half_when_a_helper_is_free_with_the_same_answer(
+def test_the_expansion_runs_beside_both_halves_when_a_helper_is_free_with_the_same_answer(
     alice, index_files, settings, monkeypatch
 ):
-    """Committed (a helper's connection sees committed rows only): the expansion follows the keyword half
-    on a second helper, or runs on the request's thread when none is free or the helper's run failed."""
+    """Committed (a helper's connection sees committed rows only): the second keyword query needs nothing
+    of the keyword half, so it runs on a second helper while the keyword half is still running, or on the
+    request's thread when no helper is free or the helper's run failed."""
     import threading
 
     from django.db import OperationalError
@@ -241,18 +302,27 @@ def test_the_expansion_runs_beside_the_vector_half_when_a_helper_is_free_with_th
     index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
     memory_words_sync()
     threads, failures = [], []
-    real = services.keyword_expanded
+    expanded = threading.Event()
+    real_query, real_keyword = services.expansion_query, services.keyword_candidates
 
     def recorded(**kwargs):
         threads.append(threading.current_thread().name)
+        expanded.set()
         if failures:
             failures.pop()
             raise OperationalError("the helper's connection broke")
-        return real(**kwargs)
+        return real_query(**kwargs)
 
-    monkeypatch.setattr(services, "keyword_expanded", recorded)
+    def keyword_half(**kwargs):  # on a helper, the keyword half ends only once the expansion has run
+        if threading.current_thread().name.startswith("search-half"):
+            assert expanded.wait(timeout=10)
+        return real_keyword(**kwargs)
+
+    monkeypatch.setattr(services, "expansion_query", recorded)
+    monkeypatch.setattr(services, "keyword_candidates", keyword_half)
 
     def answer():
+        expanded.clear()
         found, response = explained(alice, "what budget did we set?")
         return [(r.path, r.start_line, r.score) for r in response.results], found["memory/office.md"]["expansion"]
 
