@@ -70,8 +70,14 @@ def _partition_of(cursor, *, table: str, agent_id: int) -> str | None:
 def agent_chunk_table(*, agent_id: int) -> str:
     """The table holding this agent's chunks: its partition, or the chunk table when it is not
     partitioned. Per-agent indexes are created on it."""
+    return agent_table(table=CHUNK, agent_id=agent_id)
+
+
+def agent_table(*, table: str, agent_id: int) -> str:
+    """The table holding this agent's rows of ``table`` (partitioned by HASH (agent_id), as the chunk table
+    and the memory's words are): its partition, or ``table`` when it is not partitioned."""
     with connection.cursor() as cursor:
-        return _partition_of(cursor, table=CHUNK, agent_id=agent_id) or CHUNK
+        return _partition_of(cursor, table=table, agent_id=agent_id) or table
 
 
 # A subquery: the oids of the chunk table and of its partitions, where its rows and per-agent indexes live.

@@ -299,19 +299,23 @@ def word_index_name(*, agent_id: int, identity_key: str) -> str:
 
 
 def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome) -> None:
-    """The partial HNSW indexes of the words (built CONCURRENTLY outside a transaction): each agent of
-    ``agent_ids`` (those this run worked on) with at least MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words
-    embedded with ``identity`` gets one, and its index of another model goes. Every index of an agent
+    """The partial HNSW indexes of the words (built CONCURRENTLY outside a transaction, on the agent's
+    partition of the words table, so that the planner of a statement naming the agent weighs only the
+    indexes of the agents sharing it): each agent of ``agent_ids`` (those this run worked on) with at
+    least MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words embedded with ``identity`` gets one, and its
+    index of another model goes. Every index of an agent
     being deleted or gone is dropped, and an invalid one (an interrupted build) is built again. Runs under
     memory_words_sync's lock."""
+    from indexing.partitions import agent_table
     from search.ddl import concurrently_clause
     from search.vector_index import HNSW_MAX_DIMENSIONS  # larger vectors are scanned exactly
 
     concurrently = concurrently_clause()
     with connection.cursor() as cursor:
-        cursor.execute(
+        cursor.execute(  # on the words table, or on its partitions (search/migrations/0006)
             "SELECT c.relname, i.indisvalid AND i.indisready FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
-            f"WHERE i.indrelid = '{WORDS}'::regclass"
+            f"WHERE i.indrelid = '{WORDS}'::regclass "
+            f"OR i.indrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '{WORDS}'::regclass)"
         )
         existing = {
             name: (int(match[1]), valid) for name, valid in cursor.fetchall() if (match := WORD_INDEX_PATTERN.match(name))
@@ -336,7 +340,7 @@ def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome)
             if cursor.fetchone()[0] < settings.MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS or existing.get(name, (0, False))[1]:
                 continue
             cursor.execute(
-                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {WORDS} '
+                f'CREATE INDEX{concurrently} IF NOT EXISTS "{name}" ON {agent_table(table=WORDS, agent_id=agent_id)} '
                 f"USING hnsw ((embedding::vector({int(identity.dimensions)})) vector_cosine_ops) "
                 f"WHERE agent_id = {int(agent_id)} AND embedding_identity = {_sql_string(identity.key)}"
             )

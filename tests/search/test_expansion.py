@@ -262,6 +262,14 @@ def test_an_agent_with_many_words_gets_an_hnsw_index_that_the_lookup_uses(alice,
     identity = configured_identity()
     name = expansion.word_index_name(agent_id=alice.agent.pk, identity_key=identity.key)
     assert memory_words_sync().indexes_created == [name]
+    # On the agent's partition of the words table (search/migrations/0006): the planner of a statement
+    # naming another agent never weighs it.
+    from indexing.partitions import agent_table
+
+    partition = agent_table(table=expansion.WORDS, agent_id=alice.agent.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indrelid::regclass::text FROM pg_index WHERE indexrelid = %s::regclass", [name])
+        assert cursor.fetchone()[0] == partition != expansion.WORDS
     vector = SynonymProvider(identity).embed_query("budget")
     sql = expansion._NEAREST_SQL.format(
         dims=identity.dimensions, words=expansion.WORDS, agent=alice.agent.pk, identity=expansion._sql_string(identity.key)
