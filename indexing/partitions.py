@@ -80,8 +80,12 @@ def agent_table(*, table: str, agent_id: int) -> str:
         return _partition_of(cursor, table=table, agent_id=agent_id) or table
 
 
-# A subquery: the oids of the chunk table and of its partitions, where its rows and per-agent indexes live.
-CHUNK_TABLES = f"SELECT '{CHUNK}'::regclass UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = '{CHUNK}'::regclass"
+def table_and_partitions(table: str) -> str:
+    """A subquery: the oids of ``table`` and of its partitions, where its rows and per-agent indexes live."""
+    return f"SELECT '{table}'::regclass UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = '{table}'::regclass"
+
+
+CHUNK_TABLES = table_and_partitions(CHUNK)
 
 
 def chunk_tables_condition(alias: str = "t") -> str:

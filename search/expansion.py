@@ -149,9 +149,8 @@ ORDER BY a.id
 def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | None = None) -> WordsOutcome:
     """Bring every agent's words up to date (or only ``agent_ids``'): read the chunks written since the
     last run, store their new words and count their lexemes, embed the words without a vector of the
-    configured model. Stops
-    after ``seconds`` (the next run goes on where it stopped). Safe to run twice at once: the second run
-    returns with ``skipped`` set."""
+    configured model. Stops after ``seconds`` (the next run goes on where it stopped). Safe to run twice
+    at once: the second run returns with ``skipped`` set."""
     from indexing.embedding_identity import configured_identity
     from search.ddl import advisory_lock
 
@@ -303,10 +302,9 @@ def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome)
     partition of the words table, so that the planner of a statement naming the agent weighs only the
     indexes of the agents sharing it): each agent of ``agent_ids`` (those this run worked on) with at
     least MEMORYHUB_SEARCH_EXPANSION_HNSW_MIN_WORDS words embedded with ``identity`` gets one, and its
-    index of another model goes. Every index of an agent
-    being deleted or gone is dropped, and an invalid one (an interrupted build) is built again. Runs under
-    memory_words_sync's lock."""
-    from indexing.partitions import agent_table
+    index of another model goes. Every index of an agent being deleted or gone is dropped, and an invalid
+    one (an interrupted build) is built again. Runs under memory_words_sync's lock."""
+    from indexing.partitions import agent_table, table_and_partitions
     from search.ddl import concurrently_clause
     from search.vector_index import HNSW_MAX_DIMENSIONS  # larger vectors are scanned exactly
 
@@ -314,8 +312,7 @@ def words_indexes_sync(*, identity, agent_ids: list[int], outcome: WordsOutcome)
     with connection.cursor() as cursor:
         cursor.execute(  # on the words table, or on its partitions (search/migrations/0006)
             "SELECT c.relname, i.indisvalid AND i.indisready FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
-            f"WHERE i.indrelid = '{WORDS}'::regclass "
-            f"OR i.indrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '{WORDS}'::regclass)"
+            f"WHERE i.indrelid IN ({table_and_partitions(WORDS)})"
         )
         existing = {
             name: (int(match[1]), valid) for name, valid in cursor.fetchall() if (match := WORD_INDEX_PATTERN.match(name))

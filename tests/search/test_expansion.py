@@ -104,7 +104,7 @@ def test_a_word_the_memory_holds_often_enough_is_not_expanded(alice, index_files
 
 def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_first(alice, index_files, settings):
     from indexing.embedding_identity import configured_identity
-    from search.keyword import keyword_candidates
+    from search.keyword import bm25_idf, keyword_candidates
     from search.types import SearchFilters
 
     key = configured_identity().key
@@ -128,8 +128,6 @@ def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_fir
     # each: in question order).
     assert plan.words == ["budget", "spend", "tomatoes"] and plan.to_embed == ("budget",)
     assert plan.held == {"spend", "tomatoes"}
-    from search.expansion import bm25_idf
-
     idf = keyword_candidates(agent_id=alice.agent.pk, query="spend tomatoes", filters=SearchFilters(), limit=10).idf
     assert idf == {"spend": bm25_idf(n=2, df=1), "tomato": bm25_idf(n=2, df=1)}
     settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED = 2
