@@ -24,6 +24,7 @@ whole budget is shown cut around its first match, and is cut so before any work 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 from indexing.transcripts import transcript_from_jsonl
@@ -93,9 +94,12 @@ class Snippet:
 
 
 def line_scores(line_lexemes: list[set[str]], idf: dict[str, float], query_lexemes: list[str]) -> list[float]:
-    """Per line, the summed IDF of the query lexemes it contains (lexemes without an IDF weigh 1)."""
+    """Per line, the summed IDF of the query lexemes it contains (lexemes without an IDF weigh 1). Summed
+    exactly (math.fsum): a set's order changes with the process's string hashing, and a float sum in
+    another order can differ in its last bit, which chose another of two equal windows from one process
+    to the next."""
     wanted = set(query_lexemes)
-    return [sum(idf.get(lexeme, 1.0) for lexeme in lexemes & wanted) for lexemes in line_lexemes]
+    return [math.fsum(idf.get(lexeme, 1.0) for lexeme in lexemes & wanted) for lexemes in line_lexemes]
 
 
 def _cut_long_line(line: str, budget: int, query_lexemes: list[str]) -> str:

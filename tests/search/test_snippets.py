@@ -3,6 +3,7 @@ lines they show (so memory_get can expand them); no line is shown whole twice in
 shown in part at a snippet's edge may be shown whole by a later one."""
 
 import json
+import os
 
 import pytest
 
@@ -311,3 +312,23 @@ def test_the_best_hit_of_a_long_run_of_matching_chunks_gets_a_wider_snippet(alic
     assert sum(len(r.snippet) for r in after) <= 4 * 200
     for r in after:
         assert_shows_exact_lines({"snippet": r.snippet, "start_line": r.start_line, "end_line": r.end_line}, content)
+
+
+def test_a_lines_score_is_the_same_in_every_process():
+    """A line's lexemes are a set, whose order follows the process's string hashing; a float sum in another
+    order can differ in its last bit, and two windows of equal score then won by turns from one process
+    to the next. The sum is exact: every hash seed gives the same score."""
+    import subprocess
+    import sys
+
+    code = (
+        "from search.snippets import line_scores; "
+        "print(repr(line_scores([set('abcdef')], dict(zip('abcdef', (0.1, 0.2, 0.3, 0.7, 1.1, 2.3))), list('abcdef'))))"
+    )
+    scores = {
+        subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True, text=True, check=True
+        ).stdout
+        for seed in range(12)
+    }
+    assert scores == {"[4.7]\n"}
