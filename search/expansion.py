@@ -21,17 +21,24 @@ Two parts:
   chunks written since the last run are read; their new words are stored (``MemoryWord``, at most
   MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS per agent), the chunks holding each of their lexemes counted
   (``MemoryLexeme``, out of ``MemoryWordsState.chunks``), and the words without a vector of the
-  configured model embedded. A provider failure leaves the words without vectors for the next run; the
-  indexing jobs never wait for this. A word stays, and a lexeme keeps its count, when the text holding
-  it goes: the word then finds nothing. A chunk written again (an edited file) is counted again, so the
-  IDF is of the chunks ever written.
+  configured model embedded. Each embedded word's nearest words are then worked out
+  (``MemoryWord.neighbours``, with the lookup a search makes), and worked out again when a word near it
+  is embedded or the model or the expansion's settings change. A provider failure leaves the words
+  without vectors for the next run; the indexing jobs never wait for this. A word stays when the text
+  holding it goes: it then finds nothing. A lexeme's count is added to as chunks are read, so an edited
+  file (its chunks written again) or a deleted one leaves the counts of chunks that are gone; once the
+  chunks counted and the agent's live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT
+  (the keyword stats' own rule), the agent's lexemes are counted again from its live chunks
+  (``lexemes_recount``). The check runs when the agent's new chunks have been read, so a deletion alone
+  is counted out at the agent's next write.
 - **At search** (search/services.py): ``expansion_plan`` reads the question's content words' lexeme
-  counts and vectors (one statement, before either half runs) and keeps the rare ones; those the memory
-  holds have their vectors there, the others are embedded with the query, in the same provider request.
-  ``expansion_query`` (the nearest memory words of each, one statement, then the second keyword query)
-  needs nothing of the keyword half, so it runs beside both halves; ``lifted`` merges it into the
-  keyword half. All of it runs under the search's deadline: out of time, or with no word near enough,
-  the keyword half stays as it was. Only the asking agent's words are read.
+  counts, vectors and worked-out neighbours (one statement, before either half runs) and keeps the rare
+  ones; those the memory holds have their vectors there, the others are embedded with the query, in the
+  same provider request. ``expansion_query`` (the nearest memory words of each word whose neighbours are
+  not worked out, one statement, then the second keyword query) needs nothing of the keyword half, so it
+  runs beside both halves; ``lifted`` merges it into the keyword half. All of it runs under the search's
+  deadline: out of time, or with no word near enough, the keyword half stays as it was. Only the asking
+  agent's words are read.
 """
 
 from __future__ import annotations
@@ -131,17 +138,21 @@ class WordsOutcome:
     finished: bool = True  # False: the time budget ended the run with work left
     indexes_created: list[str] = field(default_factory=list)  # per-agent HNSW indexes of the words
     indexes_dropped: list[str] = field(default_factory=list)
+    recounted: list[int] = field(default_factory=list)  # agents whose lexemes were counted again (drift)
+    neighbours_found: int = 0  # words whose nearest words were worked out
 
 
 # Live agents (of ``only``, when it is not null) whose chunks were written since their words were last
-# read, or whose words lack a vector of ``identity``: max(id) per agent is one probe of its partition's
-# primary key.
+# read, whose words lack a vector of ``identity`` or (with a model) their neighbours, or whose neighbours
+# were worked out with other settings: max(id) per agent is one probe of its partition's primary key.
 _AGENTS_WITH_WORK_SQL = f"""
 SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0), coalesce(s.lexemes, 0)
 FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
 WHERE a.deletion_requested_at IS NULL AND (%(only)s::bigint[] IS NULL OR a.id = ANY(%(only)s::bigint[]))
   AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0)
-       OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id AND w.embedding_identity <> %(identity)s))
+       OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id
+                  AND (w.embedding_identity <> %(identity)s OR (w.neighbours IS NULL AND %(identity)s <> '')))
+       OR (%(key)s <> '' AND s.neighbours_key <> %(key)s AND EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id)))
 ORDER BY a.id
 """
 
@@ -165,20 +176,36 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
             return outcome
         with connection.cursor() as cursor:
             cursor.execute(
-                _AGENTS_WITH_WORK_SQL, {"identity": identity.key if identity.has_vectors else "", "only": agent_ids}
+                _AGENTS_WITH_WORK_SQL,
+                {
+                    "identity": identity.key if identity.has_vectors else "",
+                    "key": neighbours_key(identity.key) if identity.has_vectors else "",
+                    "only": agent_ids,
+                },
             )
             agents = cursor.fetchall()
+        embedded = []  # agents whose words all have their vector
         for agent_id, last_chunk_id, words, lexemes in agents:
             if time.monotonic() >= deadline:
                 outcome.finished = False
                 break
             outcome.agents += 1
-            _words_read(
+            caught_up = _words_read(
                 agent_id=agent_id, after=last_chunk_id, words=words, lexemes=lexemes, deadline=deadline, outcome=outcome
             )
+            if caught_up and _lexemes_drifted(agent_id):
+                lexemes_recount(agent_id)
+                outcome.recounted.append(agent_id)
             if identity.has_vectors:
-                _words_embed(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome)
+                _neighbours_key_check(agent_id=agent_id, identity=identity)
+                if _words_embed(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome):
+                    embedded.append(agent_id)
         words_indexes_sync(identity=identity, agent_ids=[agent_id for agent_id, *_ in agents], outcome=outcome)
+        # After the indexes: a large agent's lookups use its own (an exact scan of 19,000 words takes ~8 ms).
+        for agent_id in embedded:
+            if not _words_neighbours(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome):
+                outcome.finished = False
+                break
     return outcome
 
 
@@ -198,12 +225,12 @@ ON CONFLICT (agent_id, lexeme) DO NOTHING
 """
 
 
-def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline: float, outcome: WordsOutcome) -> None:
+def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline: float, outcome: WordsOutcome) -> bool:
     """Read the agent's chunks above ``after`` (chunk id), CHUNKS_PER_READ at a time, each read committed
     with the new watermark: their new words are stored, and the chunks holding each of their lexemes (the
     keyword index's, from the chunk's search vector) counted (_LEXEMES_COUNT_SQL). Past
     MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS words (or lexemes) no new one is stored; the chunks are still
-    read, and the lexemes held still counted."""
+    read, and the lexemes held still counted. True when every chunk was read, False when time ran out."""
     cap = settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
     while time.monotonic() < deadline:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -214,7 +241,7 @@ def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline
             )
             rows = cursor.fetchall()
             if not rows:
-                return
+                return True
             found: set[str] = set()
             for _, text, _ in rows:
                 found |= text_words(text)
@@ -243,39 +270,155 @@ def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline
                 f"lexemes = excluded.lexemes, chunks = {WORDS_STATE}.chunks + excluded.chunks",
                 [agent_id, after, words, lexemes, len(rows)],
             )
+    return False
 
 
-def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutcome) -> None:
+def _lexemes_drifted(agent_id: int) -> bool:
+    """Whether the agent's chunks counted (MemoryWordsState.chunks) and its live chunks at or below the
+    watermark differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT of the live ones: files edited or
+    deleted since the counts were made."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT s.chunks, (SELECT count(*) FROM {CHUNK} c WHERE c.agent_id = %s AND c.id <= s.last_chunk_id) "
+            f"FROM {WORDS_STATE} s WHERE s.agent_id = %s",
+            [agent_id, agent_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    counted, live = row
+    return abs(counted - live) > settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT * max(live, 1)
+
+
+# The agent's lexemes counted again from its live chunks at or below the watermark (those above it are
+# counted when they are read), the most frequent MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS kept, and the state's
+# totals set to match: one statement, so the counts and the total are of the same chunks.
+_LEXEMES_RECOUNT_SQL = f"""
+WITH live AS MATERIALIZED (
+    SELECT c.search_vector FROM {CHUNK} c
+    WHERE c.agent_id = %(agent)s AND c.id <= (SELECT last_chunk_id FROM {WORDS_STATE} WHERE agent_id = %(agent)s)
+),
+counted AS (
+    SELECT x AS lexeme, count(*) AS n FROM live CROSS JOIN LATERAL unnest(tsvector_to_array(live.search_vector)) AS x
+    GROUP BY x ORDER BY count(*) DESC, x LIMIT %(cap)s
+),
+stored AS (INSERT INTO {LEXEMES} (agent_id, lexeme, chunks) SELECT %(agent)s, lexeme, n FROM counted RETURNING 1)
+UPDATE {WORDS_STATE} SET chunks = (SELECT count(*) FROM live), lexemes = (SELECT count(*) FROM stored)
+WHERE agent_id = %(agent)s
+"""
+
+
+def lexemes_recount(agent_id: int) -> None:
+    """Count the agent's lexemes again from its live chunks (_LEXEMES_RECOUNT_SQL), in one transaction:
+    a search reads the old counts or the new ones, never a mix. Runs under memory_words_sync's lock."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {LEXEMES} WHERE agent_id = %s", [agent_id])
+        cursor.execute(_LEXEMES_RECOUNT_SQL, {"agent": agent_id, "cap": settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS})
+
+
+def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutcome) -> bool:
     """Embed the agent's words without a vector of ``identity``, WORDS_PER_REQUEST per request, each
-    request's vectors stored as it returns. A provider failure stops this agent's words for this run."""
+    request's vectors stored as it returns, and the worked-out neighbours of the words near them dropped
+    (_NEIGHBOURS_NEAR_SQL). A provider failure stops this agent's words for this run. True when every word
+    has its vector."""
     from indexing.embeddings import get_provider
 
     provider = get_provider()
     if provider is None:
-        return
+        return False
+    words = MemoryWord.objects.filter(agent_id=agent_id)  # by agent: one partition of the words table
     while time.monotonic() < deadline:
-        todo = list(
-            MemoryWord.objects.filter(agent_id=agent_id).exclude(embedding_identity=identity.key)
-            .order_by("id").values_list("id", "word")[:WORDS_PER_REQUEST]
-        )
+        todo = list(words.exclude(embedding_identity=identity.key).order_by("id").values_list("id", "word")[:WORDS_PER_REQUEST])
         if not todo:
-            return
+            return True
         try:
             vectors = provider.embed_documents([word for _, word in todo])
         except Exception as exc:  # the next run tries again; searches meanwhile expand with fewer words
             logger.warning("memory words of agent %d not embedded: %s", agent_id, exc)
             outcome.errors[agent_id] = f"{exc.__class__.__name__}: {exc}"
-            return
+            return False
         rows = [
-            MemoryWord(id=pk, embedding=vector, embedding_identity=identity.key)
+            MemoryWord(id=pk, embedding=vector, embedding_identity=identity.key, neighbours=None)
             for (pk, _), vector in zip(todo, vectors)
             if vector is not None and len(vector) == identity.dimensions and all(map(math.isfinite, vector))
         ]
-        if len(rows) < len(todo):  # a word the provider would not embed is not asked again
-            done = {row.id for row in rows}
-            MemoryWord.objects.filter(pk__in=[pk for pk, _ in todo if pk not in done]).delete()
-        MemoryWord.objects.bulk_update(rows, ["embedding", "embedding_identity"])
+        with transaction.atomic():
+            if len(rows) < len(todo):  # a word the provider would not embed is not asked again
+                done = {row.id for row in rows}
+                words.filter(pk__in=[pk for pk, _ in todo if pk not in done]).delete()
+            words.bulk_update(rows, ["embedding", "embedding_identity", "neighbours"])
+            if rows:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        _NEIGHBOURS_NEAR_SQL.format(words=WORDS, dims=int(identity.dimensions)),
+                        {"agent": agent_id, "ids": [row.id for row in rows], "identity": identity.key,
+                         "farthest": 1 - settings.MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY},
+                    )
         outcome.words_embedded += len(rows)
+    return False
+
+
+# The agent's words whose neighbours were worked out and that stand near one of the words just embedded
+# (``ids``): the new word may be one of their nearest now, so theirs are worked out again. Each pair of the
+# new words and the worked-out ones is compared (exactly): a few hundred new words against the agent's
+# 20,000 at most, the usual run adding a handful.
+_NEIGHBOURS_NEAR_SQL = """
+UPDATE {words} w SET neighbours = NULL
+WHERE w.agent_id = %(agent)s AND w.neighbours IS NOT NULL AND w.embedding_identity = %(identity)s
+  AND EXISTS (
+    SELECT 1 FROM {words} n
+    WHERE n.agent_id = %(agent)s AND n.id = ANY(%(ids)s::bigint[]) AND n.id <> w.id
+      AND (n.embedding::vector({dims}) <=> w.embedding::vector({dims})) <= %(farthest)s
+  )
+"""
+
+
+def neighbours_key(identity_key: str) -> str:
+    """What a word's worked-out neighbours depend on: the model, how many are kept and how near."""
+    return (
+        f"{identity_key}|{settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS}"
+        f"|{settings.MEMORYHUB_SEARCH_EXPANSION_MIN_SIMILARITY}"
+    )
+
+
+def _neighbours_key_check(*, agent_id: int, identity) -> None:
+    """Drop the agent's worked-out neighbours when they were worked out with another model or settings
+    (MemoryWordsState.neighbours_key), so that they are worked out again."""
+    key = neighbours_key(identity.key)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {WORDS_STATE} SET neighbours_key = %s WHERE agent_id = %s AND neighbours_key <> %s", [key, agent_id, key]
+        )
+        if cursor.rowcount:
+            cursor.execute(f"UPDATE {WORDS} SET neighbours = NULL WHERE agent_id = %s AND neighbours IS NOT NULL", [agent_id])
+
+
+# Words whose neighbours are worked out per lookup statement.
+WORDS_PER_LOOKUP = 128
+
+
+def _words_neighbours(*, agent_id: int, identity, deadline: float, outcome: WordsOutcome) -> bool:
+    """Work out the nearest words of each of the agent's embedded words that has none yet, with the lookup
+    a search makes (``nearest_words``), WORDS_PER_LOOKUP at a time, each batch stored as it is done: a
+    search then reads them (_PLAN_SQL) instead of looking them up. An empty list: no word near enough.
+    True when every word has its list, False when time ran out."""
+    words = MemoryWord.objects.filter(agent_id=agent_id, embedding_identity=identity.key, neighbours__isnull=True)
+    while time.monotonic() < deadline:
+        todo = list(words.order_by("id").values_list("id", "word")[:WORDS_PER_LOOKUP])
+        if not todo:
+            return True
+        near = nearest_words(
+            agent_id=agent_id, identity_key=identity.key, dimensions=identity.dimensions, words=[word for _, word in todo]
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {WORDS} w SET neighbours = string_to_array(n.near, ' ') "
+                "FROM unnest(%s::bigint[], %s::text[]) AS n(id, near) "
+                "WHERE w.agent_id = %s AND w.id = n.id AND w.neighbours IS NULL",
+                [[pk for pk, _ in todo], [" ".join(near.get(word, ())) for _, word in todo], agent_id],
+            )
+        outcome.neighbours_found += len(todo)
+    return False
 
 
 def memory_words_counts(*, agent_id: int, identity_key: str) -> dict[str, int]:
@@ -413,22 +556,30 @@ def _sql_string(value: str) -> str:
 @dataclass
 class ExpansionPlan:
     """A question's rare words, rarest first: those the memory holds a vector of (the lookup reads it
-    there), and the vectors of the others once they are embedded with the query."""
+    there), the nearest words of those whose neighbours the memory has worked out already (no lookup for
+    them), and the vectors of the others once they are embedded with the query."""
 
     words: list[str]
     held: frozenset[str]
+    known: dict[str, list[str]] = field(default_factory=dict)
     vectors: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def to_embed(self) -> tuple[str, ...]:
         return tuple(word for word in self.words if word not in self.held and word not in self.vectors)
 
+    @property
+    def to_look_up(self) -> list[str]:
+        return [word for word in self.words if word not in self.known]
+
 
 # Each content word of a question: its lexeme (a word the keyword configuration drops has none and is not
-# returned), the agent's chunks read and how many hold the lexeme (null: none), and whether the memory
-# holds a vector of the word of the configured model.
+# returned), the agent's chunks read and how many hold the lexeme (null: none), whether the memory holds a
+# vector of the word of the configured model, and its nearest words when they were worked out with the
+# settings of now (null: not worked out).
 _PLAN_SQL = f"""
-SELECT q.i, q.w, x.lexeme, s.chunks, l.chunks, m.id IS NOT NULL
+SELECT q.i, q.w, x.lexeme, s.chunks, l.chunks, m.id IS NOT NULL,
+       CASE WHEN s.neighbours_key = %(key)s THEN m.neighbours END
 FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(w, i)
 CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS x(lexeme)
 JOIN {WORDS_STATE} s ON s.agent_id = %(agent)s
@@ -448,33 +599,49 @@ def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> Expansion
     if not words:
         return None
     with read_connection.cursor() as cursor:  # where the search reads: a replica or the primary
-        cursor.execute(_PLAN_SQL, {"words": words, "config": KEYWORD_CONFIG, "agent": agent_id, "identity": identity_key})
+        cursor.execute(
+            _PLAN_SQL,
+            {
+                "words": words, "config": KEYWORD_CONFIG, "agent": agent_id, "identity": identity_key,
+                "key": neighbours_key(identity_key),
+            },
+        )
         rows = cursor.fetchall()
     floor = settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF
     absent_too = settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS
     rarity: dict[str, float] = {}
     held: set[str] = set()
-    for _, word, _, total, chunks, has_vector in rows:
+    known: dict[str, list[str]] = {}
+    for _, word, _, total, chunks, has_vector, neighbours in rows:
         if not total or (not has_vector and not absent_too):
             continue
         rarity[word] = max(rarity.get(word, 0.0), bm25_idf(n=total, df=chunks) if chunks else math.inf)
         if has_vector:
             held.add(word)
+        if neighbours is not None:
+            known[word] = neighbours
     rare = [word for word in rarity if rarity[word] >= floor]
     rare = sorted(rare, key=lambda word: -rarity[word])[: settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED]
-    return ExpansionPlan(words=rare, held=frozenset(held & set(rare))) if rare else None
+    if not rare or all(word in known and not known[word] for word in rare):
+        return None  # nothing rare, or no rare word has a word near enough: nothing to search for
+    return ExpansionPlan(
+        words=rare, held=frozenset(held & set(rare)), known={word: known[word] for word in rare if word in known}
+    )
 
 
 def expansion_query(
     *, agent_id: int, identity_key: str, dimensions: int, plan: ExpansionPlan, filters: SearchFilters, limit: int
 ) -> KeywordResult:
-    """The second keyword query: the memory's words nearest to each of the plan's rare words (each held by
-    the memory or embedded by now), searched together; its ``expansion`` says which word brought which.
-    No hits when no word has a neighbour. Needs nothing of the keyword half, so it runs beside it; the
-    caller runs it under the search's deadline and merges it with ``lifted``."""
-    neighbours = nearest_words(
-        agent_id=agent_id, identity_key=identity_key, dimensions=dimensions, words=plan.words, vectors=plan.vectors
+    """The second keyword query: the memory's words nearest to each of the plan's rare words (worked out
+    already, or looked up now for a word held by the memory or embedded by now), searched together; its
+    ``expansion`` says which word brought which. No hits when no word has a neighbour. Needs nothing of
+    the keyword half, so it runs beside it; the caller runs it under the search's deadline and merges it
+    with ``lifted``."""
+    looked_up = nearest_words(
+        agent_id=agent_id, identity_key=identity_key, dimensions=dimensions, words=plan.to_look_up, vectors=plan.vectors
     )
+    neighbours = {word: plan.known.get(word) or looked_up.get(word) for word in plan.words}
+    neighbours = {word: found for word, found in neighbours.items() if found}
     extra = list(dict.fromkeys(word for found in neighbours.values() for word in found))
     if not extra:
         return KeywordResult(hits=[], lexemes=[], idf={})

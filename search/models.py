@@ -1,6 +1,7 @@
 """Per-agent keyword statistics of large agents (search/keyword_stats.py), so a keyword search of an
 agent with 100k chunks reads each query word's document frequency from a table instead of counting it."""
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from pgvector.django import VectorField
 
@@ -44,6 +45,9 @@ class MemoryWord(models.Model):
     # until it is embedded again).
     embedding_identity = models.CharField(max_length=255, blank=True)
     embedding = VectorField(null=True, blank=True)
+    # The agent's words nearest to this one (search/expansion.py's ``nearest_words``), worked out once it is
+    # embedded and again when a word near it is added; null: not worked out (a search looks them up).
+    neighbours = ArrayField(models.CharField(max_length=40), null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "word"], name="memory_word_agent_word_uniq")]
@@ -58,6 +62,9 @@ class MemoryWordsState(models.Model):
     words = models.PositiveIntegerField(default=0)  # rows in MemoryWord for the agent
     chunks = models.BigIntegerField(default=0, db_default=0)  # chunks read, their lexemes counted
     lexemes = models.PositiveIntegerField(default=0, db_default=0)  # rows in MemoryLexeme for the agent
+    # The model and settings the words' neighbours were worked out with (search/expansion.py,
+    # ``neighbours_key``): when they change, every list is worked out again.
+    neighbours_key = models.CharField(max_length=300, blank=True, default="", db_default="")
 
 
 class MemoryLexeme(models.Model):

@@ -48,6 +48,7 @@ def memory_words_task() -> dict:
         "chunks_read": outcome.chunks_read,
         "words_added": outcome.words_added,
         "words_embedded": outcome.words_embedded,
+        "recounted": outcome.recounted,
         "errors": outcome.errors,
         "finished": outcome.finished,
         "skipped": outcome.skipped,

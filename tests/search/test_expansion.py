@@ -112,16 +112,16 @@ def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_fir
     memory_words_sync()
     counts = dict(MemoryLexeme.objects.filter(agent=alice.agent).values_list("lexeme", "chunks"))
     assert counts["spend"] == 1 and counts["tomato"] == 1  # the keyword index's lexemes, stemmed
-    # The office note written again: its new chunk is counted too (the IDF is of the chunks ever written).
+    # The office note written again: its new chunk is read, and as its old chunk is gone the chunks counted
+    # (3) drift from the live ones (2), so the lexemes are counted again from the live chunks.
     index_files(alice, {"memory/office.md": OFFICE + "\nThe spend was approved on Monday.\n"})
-    assert memory_words_sync().chunks_read == 1
-    assert MemoryLexeme.objects.get(agent=alice.agent, lexeme="spend").chunks == 2
+    outcome = memory_words_sync()
+    assert outcome.chunks_read == 1 and outcome.recounted == [alice.agent.pk]
+    assert MemoryLexeme.objects.get(agent=alice.agent, lexeme="spend").chunks == 1
     assert MemoryLexeme.objects.get(agent=alice.agent, lexeme="approv").chunks == 1
     state = MemoryWordsState.objects.get(agent=alice.agent)
-    assert state.chunks == 3 and state.lexemes == MemoryLexeme.objects.filter(agent=alice.agent).count()
-    # Without churn the counts are the keyword half's own: the same IDF as it computes at search time.
-    MemoryLexeme.objects.filter(agent=alice.agent).update(chunks=1)
-    MemoryWordsState.objects.filter(agent=alice.agent).update(chunks=2)  # as if the office note had been indexed once
+    assert state.chunks == 2 and state.lexemes == MemoryLexeme.objects.filter(agent=alice.agent).count()
+    # So the counts are the keyword half's own: the same IDF as it computes at search time.
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.0
     plan = expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget")
     # Rarest first, a word of no chunk before all: "budget" (absent), then "spend" and "tomatoes" (one chunk
@@ -141,6 +141,48 @@ def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_fir
     settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS = True
     MemoryWordsState.objects.filter(agent=alice.agent).update(chunks=0)
     assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget") is None
+
+
+def test_edits_and_deletions_are_counted_out_once_the_chunk_count_drifts(alice, index_files, settings):
+    from indexing.writes import file_delete
+
+    def counts():
+        return dict(MemoryLexeme.objects.filter(agent=alice.agent).values_list("lexeme", "chunks"))
+
+    def live():
+        """The lexemes of the agent's live chunks, counted as the keyword half counts them."""
+        found: dict[str, int] = {}
+        for vector in Chunk.objects.filter(agent=alice.agent).values_list("search_vector", flat=True):
+            for lexeme in {term.split(":")[0].strip("'") for term in vector.split()}:
+                found[lexeme] = found.get(lexeme, 0) + 1
+        return found
+
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    memory_words_sync()
+    assert counts() == live()
+    # Within the drift allowed, an edit adds its new chunk and keeps the old one's counts.
+    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.5
+    index_files(alice, {"memory/office.md": OFFICE + "\nThe spend was approved on Monday.\n"})
+    assert memory_words_sync().recounted == []
+    assert counts()["spend"] == 2 and MemoryWordsState.objects.get(agent=alice.agent).chunks == 3
+    # A deletion alone is not seen (no chunk to read) ...
+    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.02
+    file_delete(agent=alice.agent, path="memory/garden.md")
+    assert memory_words_sync().agents == 0 and counts()["tomato"] == 1
+    # ... until the agent's next write: then both the edit and the deletion are counted out.
+    index_files(alice, {"memory/hose.md": "# Hose\n\nThe new garden hose was cheap.\n"})
+    outcome = memory_words_sync()
+    assert (outcome.chunks_read, outcome.recounted) == (1, [alice.agent.pk])
+    assert counts() == live() and "tomato" not in counts() and counts()["spend"] == 1
+    state = MemoryWordsState.objects.get(agent=alice.agent)
+    assert (state.chunks, state.lexemes) == (2, len(live()))
+    # A recount keeps the most frequent lexemes within the cap, and the words read stay as they were.
+    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = 3
+    words = set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+    index_files(alice, {"memory/office.md": OFFICE})
+    assert memory_words_sync().recounted == [alice.agent.pk]
+    assert len(counts()) == 3 and MemoryWordsState.objects.get(agent=alice.agent).lexemes == 3
+    assert set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True)) == words
 
 
 def test_an_agent_never_expands_with_another_agents_words(alice, bob, index_files):
@@ -365,3 +407,62 @@ def test_the_local_model_embeds_the_question_and_its_words_in_one_batch(settings
     vectors = provider.embed_query_and_words(["what budget did we set?"], ["budget", "set"])
     assert len(vectors) == 3 and batches == [["what budget did we set?", "budget", "set"]]
     assert provider.embed_query_and_words(["a question"], []) and batches[-1] == ["a question"]
+
+
+def test_each_words_neighbours_are_worked_out_ahead_and_again_when_a_word_near_it_comes(
+    alice, index_files, settings, monkeypatch
+):
+    from indexing.embedding_identity import configured_identity
+    from search import expansion
+
+    lookups = []
+    real_nearest = expansion.nearest_words
+
+    def counted(**kwargs):
+        if kwargs["words"]:
+            lookups.append(list(kwargs["words"]))
+        return real_nearest(**kwargs)
+
+    monkeypatch.setattr(expansion, "nearest_words", counted)
+
+    def lists():
+        return dict(MemoryWord.objects.filter(agent=alice.agent).values_list("word", "neighbours"))
+
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    first = memory_words_sync()
+    assert first.neighbours_found == first.words_embedded == len(lists())
+    assert lists()["spend"] == [] and lists()["tomatoes"] == []  # no word near enough: an empty list
+    # A word near "spend" comes: its list is worked out again, with the new word's; the others stay.
+    index_files(alice, {"memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    second = memory_words_sync()
+    assert (second.words_embedded, second.neighbours_found) == (2, 3)  # "costs", "hose"; and "spend" again
+    assert lists()["spend"] == ["costs"] and lists()["costs"] == ["spend"]
+    # The lists are what a search would look up.
+    key = configured_identity().key
+    assert all(
+        real_nearest(agent_id=alice.agent.pk, identity_key=key, dimensions=512, words=[word]).get(word, []) == near
+        for word, near in lists().items()
+    )
+    # A search reads them: no lookup for a word the memory holds, one for a word it lacks.
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    lookups.clear()
+    assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    assert lookups == []
+    assert explained(alice, "the budget")[0]["memory/office.md"]["expansion"] == {"budget": ["costs", "spend"]}
+    assert lookups == [["budget"]]
+    # A rare word without a word near enough: nothing to search for, nothing looked up.
+    assert expansion.expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="the tomatoes") is None
+    # Lists of other settings are not read: the search looks up until the task works them out again.
+    settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS = 1
+    lookups.clear()
+    assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    assert lookups == [["spend"]]
+    assert memory_words_sync().neighbours_found == len(lists())
+    lookups.clear()
+    explained(alice, "the spend")
+    assert lookups == []
+    # Not worked out (a word whose list was dropped): looked up at search.
+    MemoryWord.objects.filter(agent=alice.agent, word="spend").update(neighbours=None)
+    lookups.clear()
+    assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    assert lookups == [["spend"]]

@@ -955,9 +955,10 @@ class Command(BaseCommand):
             )
 
     def memory_words(self, agent_ids: list[int]) -> None:
-        """The measured agents' words for keyword expansion, read and embedded (the fake's vectors) by the
-        `memory_words` task's code, timed."""
-        from search.expansion import memory_words_sync
+        """The measured agents' words for keyword expansion, read, embedded (the fake's vectors) and their
+        neighbours worked out by the `memory_words` task's code, timed; then each agent's lexemes counted
+        again from its chunks, as after an edit (search/expansion.py's ``lexemes_recount``), timed."""
+        from search.expansion import lexemes_recount, memory_words_sync
 
         started = time.monotonic()
         outcome = memory_words_sync(agent_ids=agent_ids)
@@ -966,7 +967,14 @@ class Command(BaseCommand):
             self.word_counts = dict(cursor.fetchall())
             cursor.execute("VACUUM (ANALYZE) search_memoryword")
         self.out(f"memory words (keyword expansion) of the 3 measured agents: {outcome.words_added:,} words from "
-                 f"{outcome.chunks_read:,} chunks, embedded, in {time.monotonic() - started:.1f} s")
+                 f"{outcome.chunks_read:,} chunks, embedded, {outcome.neighbours_found:,} words' neighbours worked "
+                 f"out, in {time.monotonic() - started:.1f} s")
+        recounts = []
+        for agent_id in agent_ids:
+            started = time.monotonic()
+            lexemes_recount(agent_id)
+            recounts.append(f"{time.monotonic() - started:.2f} s")
+        self.out(f"lexemes counted again from each measured agent's chunks (as after an edit): {', '.join(recounts)}")
 
     def report_expansion(self, rows) -> None:
         """Hybrid memory_search with keyword expansion off, as configured, and run for every rare word."""
