@@ -49,6 +49,7 @@ def memory_words_task() -> dict:
         "words_added": outcome.words_added,
         "words_embedded": outcome.words_embedded,
         "recounted": outcome.recounted,
+        "neighbours_found": outcome.neighbours_found,
         "errors": outcome.errors,
         "finished": outcome.finished,
         "skipped": outcome.skipped,

@@ -286,6 +286,7 @@ def test_the_periodic_task_reads_and_embeds_the_words(alice, index_files, settin
     index_files(alice, {"memory/office.md": OFFICE})
     result = memory_words_task()
     assert result["agents"] == 1 and result["words_embedded"] == result["words_added"] > 0 and result["finished"]
+    assert result["neighbours_found"] == result["words_embedded"] and result["recounted"] == []
 
 
 # Committed: an index built in the open transaction over rows it updated (HOT chains) is not used by it.
