@@ -143,16 +143,18 @@ class WordsOutcome:
 
 
 # Live agents (of ``only``, when it is not null) whose chunks were written since their words were last
-# read, whose words lack a vector of ``identity`` or (with a model) their neighbours, or whose neighbours
-# were worked out with other settings: max(id) per agent is one probe of its partition's primary key.
+# read, or, with a model (``key``: neighbours_key()), whose words were embedded and worked out with another
+# model or settings, or have words without their neighbours (new, not embedded yet, or dropped: a word's
+# vector and its list come together). max(id) per agent is one probe of its partition's primary key, and
+# the words without neighbours are found by the partial index memory_word_unlisted_idx: the words of an
+# agent whose work is done are not read.
 _AGENTS_WITH_WORK_SQL = f"""
 SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0), coalesce(s.lexemes, 0)
 FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
 WHERE a.deletion_requested_at IS NULL AND (%(only)s::bigint[] IS NULL OR a.id = ANY(%(only)s::bigint[]))
   AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0)
-       OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id
-                  AND (w.embedding_identity <> %(identity)s OR (w.neighbours IS NULL AND %(identity)s <> '')))
-       OR (%(key)s <> '' AND s.neighbours_key <> %(key)s AND EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id)))
+       OR (%(key)s <> '' AND (s.neighbours_key <> %(key)s
+                              OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id AND w.neighbours IS NULL))))
 ORDER BY a.id
 """
 
@@ -177,11 +179,7 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
         with connection.cursor() as cursor:
             cursor.execute(
                 _AGENTS_WITH_WORK_SQL,
-                {
-                    "identity": identity.key if identity.has_vectors else "",
-                    "key": neighbours_key(identity.key) if identity.has_vectors else "",
-                    "only": agent_ids,
-                },
+                {"key": neighbours_key(identity.key) if identity.has_vectors else "", "only": agent_ids},
             )
             agents = cursor.fetchall()
         embedded = []  # agents whose words all have their vector

@@ -3,6 +3,7 @@ agent with 100k chunks reads each query word's document frequency from a table i
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.db.models import Q
 from pgvector.django import VectorField
 
 from agents.models import Agent
@@ -51,6 +52,8 @@ class MemoryWord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "word"], name="memory_word_agent_word_uniq")]
+        # The words the memory_words task has work on (search/expansion.py, _AGENTS_WITH_WORK_SQL).
+        indexes = [models.Index(fields=["agent"], name="memory_word_unlisted_idx", condition=Q(neighbours__isnull=True))]
 
 
 class MemoryWordsState(models.Model):

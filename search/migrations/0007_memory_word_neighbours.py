@@ -1,6 +1,6 @@
 """Each memory word's nearest words, worked out by the ``memory_words`` task (search/expansion.py), so a
 search reads them instead of looking them up. Null until worked out: a search then looks them up as
-before."""
+before. The partial index finds the words the task has work on without reading the others."""
 
 import django.contrib.postgres.fields
 from django.db import migrations, models
@@ -9,6 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('agents', '0008_agent_deletion_requested_at'),
         ('search', '0006_memory_word_partitioned'),
     ]
 
@@ -22,5 +23,9 @@ class Migration(migrations.Migration):
             model_name='memorywordsstate',
             name='neighbours_key',
             field=models.CharField(blank=True, db_default='', default='', max_length=300),
+        ),
+        migrations.AddIndex(
+            model_name='memoryword',
+            index=models.Index(condition=models.Q(('neighbours__isnull', True)), fields=['agent'], name='memory_word_unlisted_idx'),
         ),
     ]

@@ -265,14 +265,22 @@ def test_a_question_longer_than_a_question_is_not_expanded(settings):
     assert expansion_words("budget") == []
 
 
-def test_an_agents_words_go_with_it_and_a_new_model_embeds_them_again(alice, bob, index_files):
+def test_an_agents_words_go_with_it_and_a_new_model_embeds_them_again(alice, bob, index_files, settings):
     index_files(alice, {"memory/office.md": OFFICE})
     index_files(bob, {"memory/garden.md": GARDEN})
     memory_words_sync()
+    assert memory_words_sync().agents == 0  # nothing left to do: no word of theirs is read again
     words = MemoryWord.objects.filter(agent=bob.agent).count()
-    MemoryWord.objects.filter(agent=bob.agent).update(embedding_identity="fake:an-older-model:512")
+    # Another model: every word is embedded again and its neighbours worked out again.
+    settings.MEMORYHUB_EMBEDDING_MODEL = "fake-hash-2"
     again = memory_words_sync()
-    assert (again.agents, again.words_embedded) == (1, words)
+    assert again.agents == 2 and again.words_embedded == again.neighbours_found == MemoryWord.objects.count()
+    assert memory_words_sync().agents == 0
+    assert set(MemoryWord.objects.values_list("embedding_identity", flat=True)) == {"fake:fake-hash-2:512"}
+    # Without a model nothing is embedded, and words of another model are no work.
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "none"
+    assert memory_words_sync().agents == 0
+    settings.MEMORYHUB_EMBEDDING_PROVIDER = "fake"
     agent_delete_here(agent_id=alice.agent.pk)
     assert not MemoryWord.objects.filter(agent_id=alice.agent.pk).exists()
     assert not MemoryWordsState.objects.filter(agent_id=alice.agent.pk).exists()
