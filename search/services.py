@@ -1,11 +1,12 @@
 """memory_search: the one entry point every caller uses (REST API, tools, MCP, admin playground).
 
-query → validate → a question's rare words read off the memory's words (search/expansion.py) → embed
-the query (LRU-cached; the rare words the memory lacks with it) → vector and keyword candidates of this
-agent only, a pool wider than max_results, and beside them a second keyword query of the memory's words
-nearest to the rare ones, which lifts the keyword half → fuse (search/fusion.py) → optional recency
-boost → a question's named dates (search/dates.py) → min_score → a long query's results spread over what it talks about →
-overlapping hits of one file deferred → snippets (search/snippets.py) until max_results.
+query → validate → a question's rare words and their neighbours read off the memory's words
+(search/expansion.py) → embed the query (LRU-cached; the rare words the memory lacks with it) → vector
+and keyword candidates of this agent only, a pool wider than max_results, and beside them a second
+keyword query of the memory's words nearest to the rare ones, which lifts the keyword half → fuse
+(search/fusion.py) → optional recency boost → a question's named dates (search/dates.py) → min_score →
+a long query's results spread over what it talks about → overlapping hits of one file deferred →
+snippets (search/snippets.py) until max_results.
 
 Bounds (search/deadline.py, search/query_breaker.py): every query runs under a statement timeout within
 the search's deadline, the query embedding has a short time limit of its own behind a circuit breaker,
