@@ -400,6 +400,7 @@ def _words_neighbours(*, agent_id: int, identity, deadline: float, outcome: Word
     a search makes (``nearest_words``), WORDS_PER_LOOKUP at a time, each batch stored as it is done: a
     search then reads them (_PLAN_SQL) instead of looking them up. An empty list: no word near enough.
     True when every word has its list, False when time ran out."""
+    # By agent: one partition of the words table (bulk_update keeps the filter, as in _words_embed).
     words = MemoryWord.objects.filter(agent_id=agent_id, embedding_identity=identity.key, neighbours__isnull=True)
     while time.monotonic() < deadline:
         todo = list(words.order_by("id").values_list("id", "word")[:WORDS_PER_LOOKUP])
@@ -408,13 +409,7 @@ def _words_neighbours(*, agent_id: int, identity, deadline: float, outcome: Word
         near = nearest_words(
             agent_id=agent_id, identity_key=identity.key, dimensions=identity.dimensions, words=[word for _, word in todo]
         )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {WORDS} w SET neighbours = string_to_array(n.near, ' ') "
-                "FROM unnest(%s::bigint[], %s::text[]) AS n(id, near) "
-                "WHERE w.agent_id = %s AND w.id = n.id AND w.neighbours IS NULL",
-                [[pk for pk, _ in todo], [" ".join(near.get(word, ())) for _, word in todo], agent_id],
-            )
+        words.bulk_update([MemoryWord(id=pk, neighbours=near.get(word, [])) for pk, word in todo], ["neighbours"])
         outcome.neighbours_found += len(todo)
     return False
 
