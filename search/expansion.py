@@ -28,9 +28,9 @@ Two parts:
   holding it goes: it then finds nothing. A lexeme's count is added to as chunks are read, so an edited
   file (its chunks written again) or a deleted one leaves the counts of chunks that are gone; once the
   chunks counted and the agent's live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT
-  (the keyword stats' own rule), the agent's lexemes are counted again from its live chunks
-  (``lexemes_recount``). The check runs when the agent's new chunks have been read, so a deletion alone
-  is counted out at the agent's next write.
+  of the live ones (the keyword stats' setting), the agent's lexemes are counted again from its live
+  chunks (``lexemes_recount``). The check runs when the agent's new chunks have been read, so a
+  deletion alone is counted out at the agent's next write.
 - **At search** (search/services.py): ``expansion_plan`` reads the question's content words' lexeme
   counts, vectors and worked-out neighbours (one statement, before either half runs) and keeps the rare
   ones; those the memory holds have their vectors there, the others are embedded with the query, in the
