@@ -33,12 +33,15 @@ Two parts:
   deletion alone is counted out at the agent's next write.
 - **At search** (search/services.py): ``expansion_plan`` reads the question's content words' lexeme
   counts, vectors and worked-out neighbours (one statement, before either half runs) and keeps the rare
-  ones; those the memory holds have their vectors there, the others are embedded with the query, in the
-  same provider request. ``expansion_query`` (the nearest memory words of each word whose neighbours are
-  not worked out, one statement, then the second keyword query) needs nothing of the keyword half, so it
-  runs beside both halves; ``lifted`` merges it into the keyword half. All of it runs under the search's
-  deadline: out of time, or with no word near enough, the keyword half stays as it was. Only the asking
-  agent's words are read.
+  ones. When every rare word's neighbours are worked out and the agent is small enough to be searched by
+  keyword exactly (MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS: most agents), the keyword half searches
+  them with the question in its one statement (``keyword_candidates(also=...)``). Else the rare words the
+  memory holds have their vectors there, the others are embedded with the query, in the same provider
+  request, and ``expansion_query`` (the nearest memory words of each word whose neighbours are not worked
+  out, one statement, then a second keyword query) runs beside both halves, as it needs nothing of the
+  keyword half; ``lifted`` merges it into the keyword half, with the same scores the one statement gives.
+  All of it runs under the search's deadline: out of time, or with no word near enough, the keyword half
+  stays as it was. Only the asking agent's words are read.
 """
 
 from __future__ import annotations
@@ -556,6 +559,15 @@ class ExpansionPlan:
     held: frozenset[str]
     known: dict[str, list[str]] = field(default_factory=dict)
     vectors: dict[str, list[float]] = field(default_factory=dict)
+    chunks: int = 0  # the agent's chunks counted
+
+    @property
+    def searched(self) -> dict[str, list[str]] | None:
+        """Each rare word → its neighbours, when all of them are worked out already (nothing to embed or
+        look up) and some word has neighbours; else None."""
+        if any(word not in self.known for word in self.words):
+            return None
+        return {word: self.known[word] for word in self.words if self.known[word]} or None
 
     @property
     def to_embed(self) -> tuple[str, ...]:
@@ -604,10 +616,12 @@ def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> Expansion
     absent_too = settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS
     rarity: dict[str, float] = {}
     held: set[str] = set()
+    counted = 0
     known: dict[str, list[str]] = {}
     for _, word, _, total, chunks, has_vector, neighbours in rows:
         if not total or (not has_vector and not absent_too):
             continue
+        counted = total
         rarity[word] = max(rarity.get(word, 0.0), bm25_idf(n=total, df=chunks) if chunks else math.inf)
         if has_vector:
             held.add(word)
@@ -618,7 +632,8 @@ def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> Expansion
     if not rare or all(word in known and not known[word] for word in rare):
         return None  # nothing rare, or no rare word has a word near enough: nothing to search for
     return ExpansionPlan(
-        words=rare, held=frozenset(held & set(rare)), known={word: known[word] for word in rare if word in known}
+        words=rare, held=frozenset(held & set(rare)), known={word: known[word] for word in rare if word in known},
+        chunks=counted,
     )
 
 
@@ -635,28 +650,35 @@ def expansion_query(
     )
     neighbours = {word: plan.known.get(word) or looked_up.get(word) for word in plan.words}
     neighbours = {word: found for word, found in neighbours.items() if found}
-    extra = list(dict.fromkeys(word for found in neighbours.values() for word in found))
+    extra = neighbours_searched(neighbours)
     if not extra:
         return KeywordResult(hits=[], lexemes=[], idf={})
     second = keyword_candidates(agent_id=agent_id, query=" ".join(extra), filters=filters, limit=limit)
     return replace(second, expansion=neighbours)
 
 
+def neighbours_searched(neighbours: dict[str, list[str]]) -> list[str]:
+    """The words the rare words' neighbours search for: each once, in order."""
+    return list(dict.fromkeys(word for found in neighbours.values() for word in found))
+
+
 def lifted(first: KeywordResult, second: KeywordResult, *, weight: float) -> KeywordResult:
     """The hits of ``first`` with ``weight`` times their score in ``second`` added (hits only in ``second``
     join with that alone), scaled so the best scores 1; each hit keeps the part ``second`` gave it
-    (``expansion_score``, on the same scale) for ``explain``. At most the two results' hits together
-    (each at most the search's pool). The query's lexemes and IDFs stay ``first``'s (snippets pick the
-    lines of the question's own words); its ``expansion`` is ``second``'s."""
+    (``expansion_score``, on the same scale) for ``explain``, and its BM25 in ``first`` (0 when only
+    ``second`` found it). At most the two results' hits together (each at most the search's pool). The
+    query's lexemes and IDFs stay ``first``'s (snippets pick the lines of the question's own words); its
+    ``expansion`` is ``second``'s. keyword_candidates(also=...) gives the same in one statement."""
     scores = {hit.chunk_id: hit.score for hit in first.hits}
     added = {hit.chunk_id: weight * hit.score for hit in second.hits}
     where = {hit.chunk_id: hit for hit in [*second.hits, *first.hits]}
+    own = {hit.chunk_id: hit.bm25 for hit in first.hits}  # the question's own BM25 (0: found by the words alone)
     for chunk_id, extra in added.items():
         scores[chunk_id] = scores.get(chunk_id, 0.0) + extra
     best = max(scores.values(), default=1.0) or 1.0
     hits = [
         KeywordHit(
-            chunk_id=chunk_id, score=score / best, bm25=where[chunk_id].bm25, file_id=where[chunk_id].file_id,
+            chunk_id=chunk_id, score=score / best, bm25=own.get(chunk_id, 0.0), file_id=where[chunk_id].file_id,
             start_line=where[chunk_id].start_line, end_line=where[chunk_id].end_line,
             expansion_score=added[chunk_id] / best if chunk_id in added else None,
         )

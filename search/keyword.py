@@ -111,6 +111,10 @@ def lines_lexemes(lines: list[str]) -> list[set[str]]:
 # 3k-5k-chunk agent, against 10-25 ms to read and filter the agent's own rows (docs/benchmarks.md, "Search at
 # scale"). The file table is joined only when filters are set, after scoring, so unfiltered searches
 # never touch it and the IDF stays the agent's whatever the filter.
+# Terms past the query's own (%(own)s of them) are words searched with it (keyword expansion's): a chunk's
+# score is its own BM25 scaled so the best is 1 (if among the best %(limit)s by it), plus %(also_weight)s
+# times its BM25 for those words scaled the same way (if among the best %(limit)s by that): what
+# search/expansion.py's ``lifted`` gives of the two queries, in one statement.
 _EXACT_SQL = """
 WITH terms AS (
     SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
@@ -137,20 +141,38 @@ idf AS (
     SELECT df.i, ln(1 + GREATEST(stats.n - df.df + 0.5, 0.5)::float8 / (df.df + 0.5)::float8) AS idf, stats.avgdl
     FROM df CROSS JOIN stats
 ),
-scored AS (
-    SELECT tf.id, tf.file_id, tf.start_line, tf.end_line,
-           sum(
-               idf.idf * tf.tf * (%(k1)s::float8 + 1)
-               / (tf.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(tf.token_count, 1) / idf.avgdl))
-           ) AS bm25
+term_scores AS (
+    SELECT tf.id, tf.file_id, tf.start_line, tf.end_line, tf.i,
+           idf.idf * tf.tf * (%(k1)s::float8 + 1)
+           / (tf.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * GREATEST(tf.token_count, 1) / idf.avgdl)) AS score
     FROM tf JOIN idf USING (i)
-    GROUP BY tf.id, tf.file_id, tf.start_line, tf.end_line
+),
+scored AS (
+    SELECT id, file_id, start_line, end_line,
+           sum(score) FILTER (WHERE i <= %(own)s) AS bm25, sum(score) FILTER (WHERE i > %(own)s) AS also
+    FROM term_scores
+    GROUP BY id, file_id, start_line, end_line
+),
+ranked AS (
+    SELECT s.id, s.file_id, s.start_line, s.end_line, s.bm25, s.also,
+           max(s.bm25) OVER () AS own_best, max(s.also) OVER () AS also_best,
+           row_number() OVER (ORDER BY s.bm25 DESC NULLS LAST, s.id) AS own_rank,
+           row_number() OVER (ORDER BY s.also DESC NULLS LAST, s.id) AS also_rank
+    FROM scored s {file_join}
+    {file_where}
+),
+lifted AS (
+    SELECT id, file_id, start_line, end_line, bm25,
+           CASE WHEN bm25 IS NOT NULL AND own_rank <= %(limit)s THEN bm25 / own_best END AS own_part,
+           CASE WHEN also IS NOT NULL AND also_rank <= %(limit)s THEN %(also_weight)s::float8 * also / also_best END AS also_part
+    FROM ranked
 )
-SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, (SELECT json_object_agg(i, df) FROM df), (SELECT n FROM stats)
-FROM scored s {file_join}
-{file_where}
-ORDER BY s.bm25 DESC, s.id
-LIMIT %(limit)s
+SELECT id, coalesce(own_part, 0) + coalesce(also_part, 0) AS score, file_id, start_line, end_line, also_part,
+       CASE WHEN own_part IS NOT NULL THEN bm25 END,
+       (SELECT json_object_agg(i, df) FROM df WHERE i <= %(own)s), (SELECT n FROM stats)
+FROM lifted
+WHERE own_part IS NOT NULL OR also_part IS NOT NULL
+ORDER BY score DESC, bm25 DESC NULLS LAST, id
 """
 
 # Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
@@ -362,25 +384,31 @@ def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-# query_lexemes and the agent's keyword stats for them (search/keyword_stats.py; NULLs when it has none) in
-# one round trip: the search needs both before it reads a chunk (0.7 → 0.5 ms against two statements).
+# query_lexemes of the query and of the words searched with it, and the agent's keyword stats for the
+# query's (search/keyword_stats.py; NULLs when it has none) in one round trip: the search needs them
+# before it reads a chunk (0.7 → 0.5 ms against two statements).
 _LEXEMES_AND_STATS_SQL = f"""
 WITH q AS MATERIALIZED ({_QUERY_LEXEMES_SQL} LIMIT {MAX_QUERY_LEXEMES})
-SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme), a.chunks, a.avg_tokens, a.last_chunk_id,
+SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme),
+       array(SELECT lexeme FROM ({_QUERY_LEXEMES_SQL} LIMIT {MAX_QUERY_LEXEMES}) e ORDER BY first_position, lexeme),
+       a.chunks, a.avg_tokens, a.last_chunk_id,
        (SELECT json_object_agg(t.lexeme, json_build_array(t.df, t.max_tf, t.min_tokens)) FROM {TERM_STATS} t
         WHERE t.agent_id = a.agent_id AND t.lexeme IN (SELECT lexeme FROM q))
 FROM (SELECT 1) one LEFT JOIN {AGENT_STATS} a ON a.agent_id = %s
 """
 
 
-def _lexemes_and_stats(*, agent_id: int, query: str) -> tuple[list[str], tuple | None]:
-    """(query_lexemes(query), the agent's keyword stats row for them or None) in one statement."""
+def _lexemes_and_stats(*, agent_id: int, query: str, also: str = "") -> tuple[list[str], list[str], tuple | None]:
+    """(query_lexemes(query), query_lexemes(also), the agent's keyword stats row for the first or None) in
+    one statement."""
     if not query.strip():
-        return [], None
+        return [], [], None
     with connection.cursor() as cursor:
-        cursor.execute(_LEXEMES_AND_STATS_SQL, [KEYWORD_CONFIG, keyword_document(query), agent_id])
-        lexemes, *stats = cursor.fetchone()
-    return lexemes, (tuple(stats) if stats[0] is not None else None)
+        cursor.execute(
+            _LEXEMES_AND_STATS_SQL, [KEYWORD_CONFIG, keyword_document(query), KEYWORD_CONFIG, keyword_document(also), agent_id]
+        )
+        lexemes, more, *stats = cursor.fetchone()
+    return lexemes, more, (tuple(stats) if stats[0] is not None else None)
 
 
 def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str], row: tuple | None) -> _Plan | None:
@@ -400,9 +428,17 @@ def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str], row: tup
     return _Plan(dfs=dfs, n=max(n, 1), avgdl=avgdl, tf_bounds=tf_bounds, bounded_to=bounded_to)
 
 
-def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, limit: int) -> KeywordResult:
-    """The agent's chunks matching any lexeme of ``query``, best BM25 first (at most ``limit``)."""
-    lexemes, stats = _lexemes_and_stats(agent_id=agent_id, query=query)
+def keyword_candidates(
+    *, agent_id: int, query: str, filters: SearchFilters, limit: int, also: list[str] = (), also_weight: float = 0.0
+) -> KeywordResult:
+    """The agent's chunks matching any lexeme of ``query``, best BM25 first (at most ``limit``).
+
+    ``also`` (keyword expansion's words, search/expansion.py): a chunk's score is lifted by ``also_weight``
+    times its BM25 for these words, scaled so that the best of them is 1, and the best score is 1 again;
+    ``lifted`` in search/expansion.py, which this gives in the same statement for an agent searched exactly
+    (in two, one after the other, for a large one). The result's lexemes and IDFs are the query's own."""
+    also_text = " ".join(also) if also_weight > 0 else ""
+    lexemes, more, stats = _lexemes_and_stats(agent_id=agent_id, query=query, also=also_text)
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})
     terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
@@ -424,14 +460,18 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
     exact = True
     if plan is None:
+        # The words searched with the query are more terms, after its own (their part kept apart).
+        every = terms + [lexeme_tsquery(lexeme) for lexeme in more]
+        params.update(terms=every, query=" | ".join(every), own=len(terms), also_weight=also_weight)
         sql = _EXACT_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         if not rows:
             return KeywordResult(hits=[], lexemes=lexemes, idf={})
-        dfs, n = rows[0][5] or {}, rows[0][6] or 0
+        dfs, n = rows[0][7] or {}, rows[0][8] or 0
         idf = {lexemes[int(i) - 1]: bm25_idf(n=n, df=df) for i, df in dfs.items()}
+        return KeywordResult(hits=_hits(rows, exact=True), lexemes=lexemes, idf=idf)
     else:
         dfs = plan.dfs
         scored = set(sorted((i for i, df in enumerate(dfs) if df > 0), key=lambda i: (dfs[i], i))[:MAX_SCORED_LEXEMES])
@@ -448,15 +488,25 @@ def keyword_candidates(*, agent_id: int, query: str, filters: SearchFilters, lim
         if not rows:
             return KeywordResult(hits=[], lexemes=lexemes, idf={}, exact=exact)
         idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
-    return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
+    found = KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
+    if not more:
+        return found
+    from search.expansion import lifted  # a large agent: the words searched on their own, then lifted
+
+    second = keyword_candidates(agent_id=agent_id, query=also_text, filters=filters, limit=limit)
+    return lifted(found, second, weight=also_weight) if second.hits else found
 
 
-def _hits(rows) -> list[KeywordHit]:
+def _hits(rows, *, exact: bool = False) -> list[KeywordHit]:
+    """Rows of (chunk id, score, file id, start line, end line), best first, as hits scored 0..1; from
+    _EXACT_SQL (``exact``) then the part of the score the words searched with the query gave (or NULL)
+    and the query's own BM25 (NULL for a chunk only those words found)."""
     best = rows[0][1] or 1.0
     return [
         KeywordHit(
-            chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=row[1],
+            chunk_id=row[0], score=(row[1] / best) if best > 0 else 0.0, bm25=(row[6] or 0.0) if exact else row[1],
             file_id=row[2], start_line=row[3], end_line=row[4],
+            expansion_score=(row[5] / best) if exact and row[5] is not None and best > 0 else None,
         )
         for row in rows
     ]

@@ -2,8 +2,9 @@
 
 query → validate → a question's rare words and their neighbours read off the memory's words
 (search/expansion.py) → embed the query (LRU-cached; the rare words the memory lacks with it) → vector
-and keyword candidates of this agent only, a pool wider than max_results, and beside them a second
-keyword query of the memory's words nearest to the rare ones, which lifts the keyword half → fuse
+and keyword candidates of this agent only, a pool wider than max_results, the keyword half lifted by the
+memory's words nearest to the rare ones (searched in its own statement for a small agent whose words'
+neighbours are worked out, else by a second keyword query beside the halves) → fuse
 (search/fusion.py) → optional recency boost → a question's named dates (search/dates.py) → min_score →
 a long query's results spread over what it talks about → overlapping hits of one file deferred →
 snippets (search/snippets.py) until max_results.
@@ -26,6 +27,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import date, datetime, timezone as dt_timezone
 from typing import NamedTuple
@@ -45,7 +47,7 @@ from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
-from search.expansion import WORDS, expansion_plan, expansion_query, lifted
+from search.expansion import WORDS, expansion_plan, expansion_query, expansion_words, lifted, neighbours_searched
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
@@ -360,12 +362,34 @@ def _memory_search(
     embedding: list[list[float]] | None = None  # one vector per window of the query
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
 
+    # Keyword expansion (search/expansion.py), hybrid questions only: the question's rare words and their
+    # neighbours, read off the memory's words first. When the memory has worked them all out and the agent
+    # is searched by keyword exactly (small: most agents), the keyword half searches them with the question,
+    # in its one statement; else a second keyword query searches them, beside the rest (below).
+    plan = searched = None
+    if used_mode == "hybrid" and identity.has_vectors and expansion_words(query):
+        try:
+            with deadline.queries():
+                plan = expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=query)
+        except SearchTimedOut:
+            pass
+    if plan is not None and plan.chunks <= settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:
+        searched = plan.searched
+        plan = None if searched is not None else plan  # nothing more to do: the keyword half searches them
+
     def keyword_half() -> KeywordResult:
         with deadline.queries():
-            return keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+            if searched is None:
+                return keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
+            found = keyword_candidates(
+                agent_id=agent.pk, query=query, filters=filters, limit=pool, also=neighbours_searched(searched),
+                also_weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT,
+            )
+            return replace(found, expansion=searched)
 
     # A hybrid search runs its keyword half beside the rest when a helper is free (search/beside.py): its
-    # checks, the query embedding and its vector half. It needs none of them, so it starts first.
+    # checks, the query embedding and its vector half. It needs none of them, so it starts before them. (A
+    # search that falls back to keyword only, its query not embedded, keeps the neighbours it searched.)
     keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
     try:
         pending, awaiting_vectors, has_vectors, has_index, has_words = _search_checks(
@@ -373,17 +397,11 @@ def _memory_search(
         )
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
-    # Keyword expansion (search/expansion.py), hybrid searches only: the question's rare words, read off the
-    # memory's words. Its second keyword query needs nothing of either half, only the words' vectors: it
-    # starts on a helper as soon as they are known (at once when the memory holds them all, else once the
-    # query embedding brought the others) and runs beside the rest.
-    plan = None
-    if used_mode == "hybrid" and has_words:
-        try:
-            with deadline.queries():
-                plan = expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=query)
-        except SearchTimedOut:
-            pass
+    # The rest of the expansion, when words must be looked up: the second keyword query needs nothing of
+    # either half, only the words' vectors, so it starts on a helper as soon as they are known (at once when
+    # the memory holds them all, else once the query embedding brought the others) and runs beside the rest.
+    if not has_words:
+        plan = None
 
     def expansion() -> KeywordResult:
         with deadline.queries():

@@ -475,3 +475,72 @@ def test_each_words_neighbours_are_worked_out_ahead_and_again_when_a_word_near_i
     lookups.clear()
     assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
     assert lookups == [["spend"]]
+
+
+def test_the_words_searched_with_the_question_lift_it_as_a_second_query_would(alice, index_files, settings):
+    """keyword_candidates(also=...) gives what ``lifted`` gives of the question's keyword query and a second
+    one of the words: in one statement for an agent searched exactly, in two for a large one."""
+    from search.expansion import lifted
+    from search.keyword import keyword_candidates
+    from search.types import SearchFilters
+
+    hose = "# Hose\n\nThe costs of the new garden hose were small; the spend on water was smaller.\n"
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": hose})
+
+    def search(query, limit=10, **also):
+        return keyword_candidates(agent_id=alice.agent.pk, query=query, filters=SearchFilters(), limit=limit, **also)
+
+    def scored(result):
+        return [
+            (hit.chunk_id, round(hit.score, 9), hit.expansion_score and round(hit.expansion_score, 9), round(hit.bm25, 9))
+            for hit in result.hits
+        ]
+
+    question, words = "what did the garden water cost?", ["spend", "chairs"]
+    for large_from in (2_000, 0):  # exact, then the large agents' two passes
+        settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = large_from
+        expected = lifted(search(question), search(" ".join(words)), weight=0.3)
+        found = search(question, also=words, also_weight=0.3)
+        assert scored(found) == scored(expected) and len(found.hits) == 3
+        # The best ``limit`` of each query, as lifted takes them: here the question's best and the words' best.
+        expected = lifted(search(question, limit=1), search(" ".join(words), limit=1), weight=0.3)
+        assert scored(search(question, limit=1, also=words, also_weight=0.3)) == scored(expected)
+        assert len(expected.hits) == 2
+        assert found.lexemes == search(question).lexemes and found.idf == search(question).idf  # the question's own
+        office = next(hit for hit in found.hits if hit.expansion_score and hit.score == hit.expansion_score)
+        assert office.bm25 == 0.0  # found by the words alone
+    # Without words (or without weight), the question's own search.
+    assert scored(search(question, also=words, also_weight=0.0)) == scored(search(question))
+    assert all(hit.expansion_score is None for hit in search(question, also=[], also_weight=0.3).hits)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_small_agents_worked_out_neighbours_are_searched_in_the_keyword_half(alice, index_files, settings, monkeypatch):
+    """Committed (the keyword half runs on a helper): every rare word's neighbours worked out and the agent
+    searched exactly, the keyword half searches them with the question, and no second query is sent; the
+    answer is the second query's (a large agent, or a word to look up, still sends one)."""
+    import search.services as services
+
+    second_queries = []
+    real_query = services.expansion_query
+
+    def counted(**kwargs):
+        second_queries.append(kwargs["plan"].words)
+        return real_query(**kwargs)
+
+    monkeypatch.setattr(services, "expansion_query", counted)
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    memory_words_sync()
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+
+    def answer():
+        found, response = explained(alice, "the spend")
+        return [(r.path, r.start_line, round(r.score, 9)) for r in response.results], found["memory/hose.md"]["expansion"]
+
+    in_the_half = answer()
+    assert in_the_half[1] == {"spend": ["costs"]} and second_queries == []
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 2  # this agent (3 chunks) is large now
+    assert answer() == in_the_half and second_queries == [["spend"]]
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 2_000
+    MemoryWord.objects.filter(agent=alice.agent, word="spend").update(neighbours=None)  # to look up
+    assert answer() == in_the_half and second_queries == [["spend"], ["spend"]]
