@@ -560,6 +560,7 @@ class ExpansionPlan:
     known: dict[str, list[str]] = field(default_factory=dict)
     vectors: dict[str, list[float]] = field(default_factory=dict)
     chunks: int = 0  # the agent's chunks counted
+    known_lexemes: dict[str, list[str]] = field(default_factory=dict)  # the lexemes of each word's known neighbours
 
     @property
     def searched(self) -> dict[str, list[str]] | None:
@@ -568,6 +569,11 @@ class ExpansionPlan:
         if any(word not in self.known for word in self.words):
             return None
         return {word: self.known[word] for word in self.words if self.known[word]} or None
+
+    @property
+    def searched_lexemes(self) -> list[str]:
+        """The lexemes of the ``searched`` neighbours, each once, in order (the keyword half searches them)."""
+        return list(dict.fromkeys(lexeme for word in self.words for lexeme in self.known_lexemes.get(word, ())))
 
     @property
     def to_embed(self) -> tuple[str, ...]:
@@ -581,10 +587,15 @@ class ExpansionPlan:
 # Each content word of a question: its lexeme (a word the keyword configuration drops has none and is not
 # returned), the agent's chunks read and how many hold the lexeme (null: none), whether the memory holds a
 # vector of the word of the configured model, and its nearest words when they were worked out with the
-# settings of now (null: not worked out).
+# settings of now (null: not worked out), with their lexemes.
 _PLAN_SQL = f"""
 SELECT q.i, q.w, x.lexeme, s.chunks, l.chunks, m.id IS NOT NULL,
-       CASE WHEN s.neighbours_key = %(key)s THEN m.neighbours END
+       CASE WHEN s.neighbours_key = %(key)s THEN m.neighbours END,
+       CASE WHEN s.neighbours_key = %(key)s THEN array(
+           SELECT y.lexeme FROM unnest(m.neighbours) WITH ORDINALITY AS n(w, k)
+           CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, n.w))) AS y(lexeme)
+           ORDER BY n.k, y.lexeme
+       ) END
 FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(w, i)
 CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS x(lexeme)
 JOIN {WORDS_STATE} s ON s.agent_id = %(agent)s
@@ -618,7 +629,8 @@ def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> Expansion
     held: set[str] = set()
     counted = 0
     known: dict[str, list[str]] = {}
-    for _, word, _, total, chunks, has_vector, neighbours in rows:
+    known_lexemes: dict[str, list[str]] = {}
+    for _, word, _, total, chunks, has_vector, neighbours, neighbour_lexemes in rows:
         if not total or (not has_vector and not absent_too):
             continue
         counted = total
@@ -626,14 +638,14 @@ def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> Expansion
         if has_vector:
             held.add(word)
         if neighbours is not None:
-            known[word] = neighbours
+            known[word], known_lexemes[word] = neighbours, neighbour_lexemes
     rare = [word for word in rarity if rarity[word] >= floor]
     rare = sorted(rare, key=lambda word: -rarity[word])[: settings.MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED]
     if not rare or all(word in known and not known[word] for word in rare):
         return None  # nothing rare, or no rare word has a word near enough: nothing to search for
     return ExpansionPlan(
         words=rare, held=frozenset(held & set(rare)), known={word: known[word] for word in rare if word in known},
-        chunks=counted,
+        chunks=counted, known_lexemes={word: known_lexemes[word] for word in rare if word in known},
     )
 
 
@@ -650,16 +662,11 @@ def expansion_query(
     )
     neighbours = {word: plan.known.get(word) or looked_up.get(word) for word in plan.words}
     neighbours = {word: found for word, found in neighbours.items() if found}
-    extra = neighbours_searched(neighbours)
+    extra = list(dict.fromkeys(word for found in neighbours.values() for word in found))
     if not extra:
         return KeywordResult(hits=[], lexemes=[], idf={})
     second = keyword_candidates(agent_id=agent_id, query=" ".join(extra), filters=filters, limit=limit)
     return replace(second, expansion=neighbours)
-
-
-def neighbours_searched(neighbours: dict[str, list[str]]) -> list[str]:
-    """The words the rare words' neighbours search for: each once, in order."""
-    return list(dict.fromkeys(word for found in neighbours.values() for word in found))
 
 
 def lifted(first: KeywordResult, second: KeywordResult, *, weight: float) -> KeywordResult:

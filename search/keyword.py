@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -384,31 +384,25 @@ def _capped_dfs(*, agent_id: int, terms: list[str]) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-# query_lexemes of the query and of the words searched with it, and the agent's keyword stats for the
-# query's (search/keyword_stats.py; NULLs when it has none) in one round trip: the search needs them
-# before it reads a chunk (0.7 → 0.5 ms against two statements).
+# query_lexemes and the agent's keyword stats for them (search/keyword_stats.py; NULLs when it has none) in
+# one round trip: the search needs both before it reads a chunk (0.7 → 0.5 ms against two statements).
 _LEXEMES_AND_STATS_SQL = f"""
 WITH q AS MATERIALIZED ({_QUERY_LEXEMES_SQL} LIMIT {MAX_QUERY_LEXEMES})
-SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme),
-       array(SELECT lexeme FROM ({_QUERY_LEXEMES_SQL} LIMIT {MAX_QUERY_LEXEMES}) e ORDER BY first_position, lexeme),
-       a.chunks, a.avg_tokens, a.last_chunk_id,
+SELECT array(SELECT lexeme FROM q ORDER BY first_position, lexeme), a.chunks, a.avg_tokens, a.last_chunk_id,
        (SELECT json_object_agg(t.lexeme, json_build_array(t.df, t.max_tf, t.min_tokens)) FROM {TERM_STATS} t
         WHERE t.agent_id = a.agent_id AND t.lexeme IN (SELECT lexeme FROM q))
 FROM (SELECT 1) one LEFT JOIN {AGENT_STATS} a ON a.agent_id = %s
 """
 
 
-def _lexemes_and_stats(*, agent_id: int, query: str, also: str = "") -> tuple[list[str], list[str], tuple | None]:
-    """(query_lexemes(query), query_lexemes(also), the agent's keyword stats row for the first or None) in
-    one statement."""
+def _lexemes_and_stats(*, agent_id: int, query: str) -> tuple[list[str], tuple | None]:
+    """(query_lexemes(query), the agent's keyword stats row for them or None) in one statement."""
     if not query.strip():
-        return [], [], None
+        return [], None
     with connection.cursor() as cursor:
-        cursor.execute(
-            _LEXEMES_AND_STATS_SQL, [KEYWORD_CONFIG, keyword_document(query), KEYWORD_CONFIG, keyword_document(also), agent_id]
-        )
-        lexemes, more, *stats = cursor.fetchone()
-    return lexemes, more, (tuple(stats) if stats[0] is not None else None)
+        cursor.execute(_LEXEMES_AND_STATS_SQL, [KEYWORD_CONFIG, keyword_document(query), agent_id])
+        lexemes, *stats = cursor.fetchone()
+    return lexemes, (tuple(stats) if stats[0] is not None else None)
 
 
 def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str], row: tuple | None) -> _Plan | None:
@@ -429,16 +423,17 @@ def _stats_plan(*, agent_id: int, lexemes: list[str], terms: list[str], row: tup
 
 
 def keyword_candidates(
-    *, agent_id: int, query: str, filters: SearchFilters, limit: int, also: list[str] = (), also_weight: float = 0.0
+    *, agent_id: int, query: str, filters: SearchFilters, limit: int, also: Callable[[], list[str]] | None = None,
+    also_weight: float = 0.0,
 ) -> KeywordResult:
     """The agent's chunks matching any lexeme of ``query``, best BM25 first (at most ``limit``).
 
-    ``also`` (keyword expansion's words, search/expansion.py): a chunk's score is lifted by ``also_weight``
-    times its BM25 for these words, scaled so that the best of them is 1, and the best score is 1 again;
-    ``lifted`` in search/expansion.py, which this gives in the same statement for an agent searched exactly
-    (in two, one after the other, for a large one). The result's lexemes and IDFs are the query's own."""
-    also_text = " ".join(also) if also_weight > 0 else ""
-    lexemes, more, stats = _lexemes_and_stats(agent_id=agent_id, query=query, also=also_text)
+    ``also`` (keyword expansion, search/services.py): for an agent searched exactly, called once that is
+    known (after the first statement), it gives more lexemes to search with the query's, in the same
+    statement: a chunk's score is then lifted by ``also_weight`` times its BM25 for them, scaled so that
+    their best is 1, and the best score is 1 again (search/expansion.py's ``lifted`` of the two queries).
+    It is not called for a large agent. The result's lexemes and IDFs are the query's own."""
+    lexemes, stats = _lexemes_and_stats(agent_id=agent_id, query=query)
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})
     terms = [lexeme_tsquery(lexeme) for lexeme in lexemes]
@@ -460,7 +455,8 @@ def keyword_candidates(
         plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
     exact = True
     if plan is None:
-        # The words searched with the query are more terms, after its own (their part kept apart).
+        # The lexemes searched with the query are more terms, after its own (their part kept apart).
+        more = also() if also is not None and also_weight > 0 else []
         every = terms + [lexeme_tsquery(lexeme) for lexeme in more]
         params.update(terms=every, query=" | ".join(every), own=len(terms), also_weight=also_weight)
         sql = _EXACT_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where)
@@ -488,13 +484,7 @@ def keyword_candidates(
         if not rows:
             return KeywordResult(hits=[], lexemes=lexemes, idf={}, exact=exact)
         idf = {lexeme: value for lexeme, value in zip(lexemes, idfs) if value is not None}
-    found = KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
-    if not more:
-        return found
-    from search.expansion import lifted  # a large agent: the words searched on their own, then lifted
-
-    second = keyword_candidates(agent_id=agent_id, query=also_text, filters=filters, limit=limit)
-    return lifted(found, second, weight=also_weight) if second.hits else found
+    return KeywordResult(hits=_hits(rows), lexemes=lexemes, idf=idf, exact=exact)
 
 
 def _hits(rows, *, exact: bool = False) -> list[KeywordHit]:

@@ -47,7 +47,7 @@ from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
-from search.expansion import WORDS, expansion_plan, expansion_query, expansion_words, lifted, neighbours_searched
+from search.expansion import WORDS, expansion_plan, expansion_query, expansion_words, lifted
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
@@ -363,44 +363,59 @@ def _memory_search(
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
 
     # Keyword expansion (search/expansion.py), hybrid questions only: the question's rare words and their
-    # neighbours, read off the memory's words first. When the memory has worked them all out and the agent
-    # is searched by keyword exactly (small: most agents), the keyword half searches them with the question,
-    # in its one statement; else a second keyword query searches them, beside the rest (below).
-    plan = searched = None
-    if used_mode == "hybrid" and identity.has_vectors and expansion_words(query):
-        try:
-            with deadline.queries():
-                plan = expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=query)
-        except SearchTimedOut:
-            pass
-    if plan is not None and plan.chunks <= settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:
-        searched = plan.searched
-        plan = None if searched is not None else plan  # nothing more to do: the keyword half searches them
+    # neighbours, read off the memory's words (the plan) while the keyword half sends its first statement.
+    # When the memory has worked out every rare word's neighbours and the agent is searched by keyword
+    # exactly (small: most agents), the keyword half waits for the plan and searches them with the question
+    # in its next statement; else a second keyword query searches them, beside the rest (below).
+    expanding = used_mode == "hybrid" and identity.has_vectors and bool(expansion_words(query))
+    planned = threading.Event()  # set once the plan is read, or failed to be
+    shared: dict = {}  # "plan": read on this thread; "searched": the neighbours the keyword half searched
+
+    def in_keyword_half(plan) -> bool:
+        return plan is not None and plan.searched is not None and plan.chunks <= settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
+
+    def neighbour_lexemes() -> list[str]:  # called by keyword_candidates once it knows the agent is small
+        if not planned.wait(timeout=max(0.0, deadline.remaining())) or not in_keyword_half(shared.get("plan")):
+            return []
+        lexemes = shared["plan"].searched_lexemes
+        if lexemes:
+            shared["searched"] = shared["plan"].searched
+        return lexemes
 
     def keyword_half() -> KeywordResult:
         with deadline.queries():
-            if searched is None:
-                return keyword_candidates(agent_id=agent.pk, query=query, filters=filters, limit=pool)
             found = keyword_candidates(
-                agent_id=agent.pk, query=query, filters=filters, limit=pool, also=neighbours_searched(searched),
+                agent_id=agent.pk, query=query, filters=filters, limit=pool, also=neighbour_lexemes if expanding else None,
                 also_weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT,
             )
-            return replace(found, expansion=searched)
+        return replace(found, expansion=shared["searched"]) if "searched" in shared else found
 
     # A hybrid search runs its keyword half beside the rest when a helper is free (search/beside.py): its
-    # checks, the query embedding and its vector half. It needs none of them, so it starts before them. (A
-    # search that falls back to keyword only, its query not embedded, keeps the neighbours it searched.)
+    # checks, the query embedding and its vector half. It needs none of them, so it starts first. (A search
+    # that falls back to keyword only, its query not embedded, keeps the neighbours it searched.)
     keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
+    plan = None
+    try:
+        if expanding:
+            with deadline.queries():
+                plan = expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=query)
+    except SearchTimedOut:
+        pass
+    finally:
+        shared["plan"] = plan
+        planned.set()
     try:
         pending, awaiting_vectors, has_vectors, has_index, has_words = _search_checks(
             agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline
         )
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
-    # The rest of the expansion, when words must be looked up: the second keyword query needs nothing of
-    # either half, only the words' vectors, so it starts on a helper as soon as they are known (at once when
-    # the memory holds them all, else once the query embedding brought the others) and runs beside the rest.
-    if not has_words:
+    # The rest of the expansion, when words must be looked up or the agent is large: the second keyword query
+    # needs nothing of either half, only the words' vectors, so it starts on a helper as soon as they are
+    # known (at once when the memory holds them all, else once the query embedding brought the others) and
+    # runs beside the rest.
+    in_half = in_keyword_half(plan)
+    if not has_words or in_half:
         plan = None
 
     def expansion() -> KeywordResult:
@@ -451,6 +466,13 @@ def _memory_search(
                 keyword = keyword_half()
         except SearchTimedOut:
             used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
+    if in_half and keyword is not None and not keyword.expansion and used_mode == "hybrid" and not deadline.timed_out:
+        # The keyword half did not search the neighbours (the agent is larger than its words counted): here.
+        plan = shared["plan"]
+        try:
+            second = expansion()
+        except SearchTimedOut:
+            pass
     if keyword is not None and second is not None and second.hits and used_mode == "hybrid":
         keyword = lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT)
     if keyword is None:

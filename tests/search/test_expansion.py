@@ -477,9 +477,10 @@ def test_each_words_neighbours_are_worked_out_ahead_and_again_when_a_word_near_i
     assert lookups == [["spend"]]
 
 
-def test_the_words_searched_with_the_question_lift_it_as_a_second_query_would(alice, index_files, settings):
-    """keyword_candidates(also=...) gives what ``lifted`` gives of the question's keyword query and a second
-    one of the words: in one statement for an agent searched exactly, in two for a large one."""
+def test_the_lexemes_searched_with_the_question_lift_it_as_a_second_query_would(alice, index_files, settings):
+    """keyword_candidates(also=...) gives, in one statement, what ``lifted`` gives of the question's keyword
+    query and a second one of the words; for a large agent it leaves them out (the caller sends the second
+    query)."""
     from search.expansion import lifted
     from search.keyword import keyword_candidates
     from search.types import SearchFilters
@@ -496,29 +497,34 @@ def test_the_words_searched_with_the_question_lift_it_as_a_second_query_would(al
             for hit in result.hits
         ]
 
-    question, words = "what did the garden water cost?", ["spend", "chairs"]
-    for large_from in (2_000, 0):  # exact, then the large agents' two passes
-        settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = large_from
-        expected = lifted(search(question), search(" ".join(words)), weight=0.3)
-        found = search(question, also=words, also_weight=0.3)
-        assert scored(found) == scored(expected) and len(found.hits) == 3
-        # The best ``limit`` of each query, as lifted takes them: here the question's best and the words' best.
-        expected = lifted(search(question, limit=1), search(" ".join(words), limit=1), weight=0.3)
-        assert scored(search(question, limit=1, also=words, also_weight=0.3)) == scored(expected)
-        assert len(expected.hits) == 2
-        assert found.lexemes == search(question).lexemes and found.idf == search(question).idf  # the question's own
-        office = next(hit for hit in found.hits if hit.expansion_score and hit.score == hit.expansion_score)
-        assert office.bm25 == 0.0  # found by the words alone
-    # Without words (or without weight), the question's own search.
-    assert scored(search(question, also=words, also_weight=0.0)) == scored(search(question))
-    assert all(hit.expansion_score is None for hit in search(question, also=[], also_weight=0.3).hits)
+    question, lexemes = "what did the garden water cost?", ["spend", "chair"]  # "spend chairs"
+    expected = lifted(search(question), search("spend chairs"), weight=0.3)
+    found = search(question, also=lambda: lexemes, also_weight=0.3)
+    assert scored(found) == scored(expected) and len(found.hits) == 3
+    assert found.lexemes == search(question).lexemes and found.idf == search(question).idf  # the question's own
+    office = next(hit for hit in found.hits if hit.expansion_score and hit.score == hit.expansion_score)
+    assert office.bm25 == 0.0  # found by the words alone
+    # The best ``limit`` of each query, as lifted takes them: here the question's best and the words' best.
+    expected = lifted(search(question, limit=1), search("spend chairs", limit=1), weight=0.3)
+    assert scored(search(question, limit=1, also=lambda: lexemes, also_weight=0.3)) == scored(expected)
+    assert len(expected.hits) == 2
+    # Without lexemes (or without weight), the question's own search; a large agent's never asks for them.
+    assert scored(search(question, also=lambda: lexemes, also_weight=0.0)) == scored(search(question))
+    assert all(hit.expansion_score is None for hit in search(question, also=lambda: [], also_weight=0.3).hits)
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 0
+
+    def never():
+        raise AssertionError("a large agent's search asked for the lexemes")
+
+    assert scored(search(question, also=never, also_weight=0.3)) == scored(search(question))
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_small_agents_worked_out_neighbours_are_searched_in_the_keyword_half(alice, index_files, settings, monkeypatch):
-    """Committed (the keyword half runs on a helper): every rare word's neighbours worked out and the agent
-    searched exactly, the keyword half searches them with the question, and no second query is sent; the
-    answer is the second query's (a large agent, or a word to look up, still sends one)."""
+    """Committed (the keyword half runs on a helper, and waits there for the plan read on the request's
+    thread): every rare word's neighbours worked out and the agent searched exactly, the keyword half
+    searches them with the question, and no second query is sent; the answer is the second query's (a large
+    agent, or a word to look up, still sends one)."""
     import search.services as services
 
     second_queries = []
@@ -539,8 +545,16 @@ def test_a_small_agents_worked_out_neighbours_are_searched_in_the_keyword_half(a
 
     in_the_half = answer()
     assert in_the_half[1] == {"spend": ["costs"]} and second_queries == []
+    settings.MEMORYHUB_SEARCH_PARALLEL_HALVES = 0  # no helper: the keyword half runs here, after the plan
+    assert answer() == in_the_half and second_queries == []
+    settings.MEMORYHUB_SEARCH_PARALLEL_HALVES = 2
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 2  # this agent (3 chunks) is large now
     assert answer() == in_the_half and second_queries == [["spend"]]
+    # Its words counted fewer chunks than it has (the task has not read the newest yet): the keyword half
+    # finds it large and leaves the neighbours out, and the second query runs after it.
+    MemoryWordsState.objects.filter(agent=alice.agent).update(chunks=2)
+    assert answer() == in_the_half and second_queries == [["spend"], ["spend"]]
+    MemoryWordsState.objects.filter(agent=alice.agent).update(chunks=3)
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 2_000
     MemoryWord.objects.filter(agent=alice.agent, word="spend").update(neighbours=None)  # to look up
-    assert answer() == in_the_half and second_queries == [["spend"], ["spend"]]
+    assert answer() == in_the_half and second_queries == [["spend"], ["spend"], ["spend"]]
