@@ -32,15 +32,16 @@ Two parts:
   chunks (``lexemes_recount``). The check runs when the agent's new chunks have been read, so a
   deletion alone is counted out at the agent's next write.
 - **At search** (search/services.py): ``expansion_plan`` reads the question's content words' lexeme
-  counts, vectors and worked-out neighbours (one statement, before either half runs) and keeps the rare
-  ones. When every rare word's neighbours are worked out and the agent is small enough to be searched by
-  keyword exactly (MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS: most agents), the keyword half searches
-  them with the question in its one statement (``keyword_candidates(also=...)``). Else the rare words the
-  memory holds have their vectors there, the others are embedded with the query, in the same provider
-  request, and ``expansion_query`` (the nearest memory words of each word whose neighbours are not worked
-  out, one statement, then a second keyword query) runs beside both halves, as it needs nothing of the
-  keyword half; ``lifted`` merges it into the keyword half, with the same scores the one statement gives.
-  All of it runs under the search's deadline: out of time, or with no word near enough, the keyword half
+  counts, vectors and worked-out neighbours (one statement, on the request's thread while the keyword
+  half sends its first) and keeps the rare ones. When every rare word's neighbours are worked out and the
+  agent is small enough to be searched by keyword exactly (MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:
+  most agents), the keyword half takes their lexemes from the plan and searches them with the question
+  in its next statement (``keyword_candidates(also=...)``). Else the rare words the memory holds have
+  their vectors there, the others are embedded with the query, in the same provider request, and
+  ``expansion_query`` (the nearest memory words of each word whose neighbours are not worked out, one
+  statement, then a second keyword query) runs beside both halves, as it needs nothing of the keyword
+  half; ``lifted`` merges it into the keyword half, with the scores the one statement gives. All of it
+  runs under the search's deadline: out of time, or with no word near enough, the keyword half
   stays as it was. Only the asking agent's words are read.
 """
 

@@ -3,8 +3,8 @@
 query → validate → a question's rare words and their neighbours read off the memory's words
 (search/expansion.py) → embed the query (LRU-cached; the rare words the memory lacks with it) → vector
 and keyword candidates of this agent only, a pool wider than max_results, the keyword half lifted by the
-memory's words nearest to the rare ones (searched in its own statement for a small agent whose words'
-neighbours are worked out, else by a second keyword query beside the halves) → fuse
+memory's words nearest to the rare ones (searched in its own scoring statement for a small agent whose
+words' neighbours are worked out, else by a second keyword query beside the halves) → fuse
 (search/fusion.py) → optional recency boost → a question's named dates (search/dates.py) → min_score →
 a long query's results spread over what it talks about → overlapping hits of one file deferred →
 snippets (search/snippets.py) until max_results.
