@@ -114,7 +114,8 @@ def lines_lexemes(lines: list[str]) -> list[set[str]]:
 # Terms past the query's own (%(own)s of them) are words searched with it (keyword expansion's): a chunk's
 # score is its own BM25 scaled so the best is 1 (if among the best %(limit)s by it), plus %(also_weight)s
 # times its BM25 for those words scaled the same way (if among the best %(limit)s by that): what
-# search/expansion.py's ``lifted`` gives of the two queries, in one statement.
+# search/expansion.py's ``lifted`` gives of the two queries, in one statement ({tail}: _EXACT_LIFTED_SQL;
+# without such words, _EXACT_TOP_SQL).
 _EXACT_SQL = """
 WITH terms AS (
     SELECT t.q, t.i FROM unnest(%(terms)s::tsquery[]) WITH ORDINALITY AS t(q, i)
@@ -152,8 +153,22 @@ scored AS (
            sum(score) FILTER (WHERE i <= %(own)s) AS bm25, sum(score) FILTER (WHERE i > %(own)s) AS also
     FROM term_scores
     GROUP BY id, file_id, start_line, end_line
-),
-ranked AS (
+)
+{tail}
+"""
+# The best %(limit)s by the query's own BM25: the search without words searched with it.
+_EXACT_TOP_SQL = """
+SELECT s.id, s.bm25, s.file_id, s.start_line, s.end_line, NULL::float8, s.bm25,
+       (SELECT json_object_agg(i, df) FROM df WHERE i <= %(own)s), (SELECT n FROM stats)
+FROM scored s {file_join}
+{file_where}
+ORDER BY s.bm25 DESC, s.id
+LIMIT %(limit)s
+"""
+# Each chunk lifted by the words searched with the query, as ``lifted`` does (see above _EXACT_SQL): two
+# window sorts of every match, which a search without such words does not pay for (_EXACT_TOP_SQL).
+_EXACT_LIFTED_SQL = """
+, ranked AS (
     SELECT s.id, s.file_id, s.start_line, s.end_line, s.bm25, s.also,
            max(s.bm25) OVER () AS own_best, max(s.also) OVER () AS also_best,
            row_number() OVER (ORDER BY s.bm25 DESC NULLS LAST, s.id) AS own_rank,
@@ -459,7 +474,8 @@ def keyword_candidates(
         more = also() if also is not None and also_weight > 0 else []
         every = terms + [lexeme_tsquery(lexeme) for lexeme in more]
         params.update(terms=every, query=" | ".join(every), own=len(terms), also_weight=also_weight)
-        sql = _EXACT_SQL.format(chunk=CHUNK, file_join=file_join, file_where=file_where)
+        tail = (_EXACT_LIFTED_SQL if more else _EXACT_TOP_SQL).format(file_join=file_join, file_where=file_where)
+        sql = _EXACT_SQL.format(chunk=CHUNK, tail=tail)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
