@@ -4,9 +4,12 @@ Isolation tests use all three: whatever alice can see, bob and mallory must not,
 """
 
 import os
+import threading
 from dataclasses import dataclass
 
+import psycopg
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from agents.models import Agent, AgentToken, Team, TeamMembership
@@ -133,6 +136,29 @@ def own_rate_limits(monkeypatch):
     monkeypatch.setattr(throttles, "_penalties", {})
     monkeypatch.setattr(throttles, "_in_progress", {})
     monkeypatch.setattr(throttles, "_limited", {})
+
+
+@pytest.fixture
+def lock_table():
+    """lock_table(name): another connection takes an ACCESS EXCLUSIVE lock on the table, so any query
+    reading it waits (a stalled database, as far as that table goes); released after 30 s at most (then
+    a search without its bounds would go on), or at the end of the test."""
+    holders = []
+
+    def lock(table: str) -> None:
+        params = connection.get_connection_params()
+        holder = psycopg.connect(**{k: params[k] for k in ("dbname", "user", "password", "host", "port") if params.get(k)})
+        holder.execute("SET lock_timeout = '5s'")
+        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        timer = threading.Timer(30, holder.rollback)
+        timer.start()
+        holders.append((holder, timer))
+
+    yield lock
+    for holder, timer in holders:
+        timer.cancel()
+        holder.rollback()
+        holder.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ Postgres and lines lexed, time only with bounds an order of magnitude apart.
 import threading
 import time
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -196,28 +195,6 @@ def test_outside_a_transaction_each_statement_carries_the_timeout_in_its_own_rou
     assert all(query.startswith("SET LOCAL statement_timeout = 1234; ") for query in statements), [q[:120] for q in statements if not q.startswith("SET LOCAL statement_timeout = 1234; ")]
     assert not any("set_config('statement_timeout'" in query for query in sent)  # no round trip to set or put back
     assert connection.connection.execute("SHOW statement_timeout").fetchone()[0] == before
-
-
-@pytest.fixture
-def lock_table():
-    """lock_table(name): another connection takes an ACCESS EXCLUSIVE lock on the table, so any query
-    reading it waits; released after 30 s at most (then the old code's search would go on), or at the end."""
-    holders = []
-
-    def lock(table: str) -> None:
-        params = connection.get_connection_params()
-        holder = psycopg.connect(**{k: params[k] for k in ("dbname", "user", "password", "host", "port") if params.get(k)})
-        holder.execute("SET lock_timeout = '5s'")
-        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-        timer = threading.Timer(30, holder.rollback)
-        timer.start()
-        holders.append((holder, timer))
-
-    yield lock
-    for holder, timer in holders:
-        timer.cancel()
-        holder.rollback()
-        holder.close()
 
 
 @pytest.fixture

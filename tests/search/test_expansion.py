@@ -2,6 +2,8 @@
 nearest in meaning. The fake provider knows no meaning, so these tests give it synonyms: a text of one
 word that has a synonym here gets its synonym's vector (every other text is embedded as usual)."""
 
+import time
+
 import pytest
 
 from agents.deletion import agent_delete_here
@@ -558,3 +560,29 @@ def test_a_small_agents_worked_out_neighbours_are_searched_in_the_keyword_half(a
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 2_000
     MemoryWord.objects.filter(agent=alice.agent, word="spend").update(neighbours=None)  # to look up
     assert answer() == in_the_half and second_queries == [["spend"], ["spend"], ["spend"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stalled_plan_ends_at_the_statement_timeout_and_the_keyword_half_answers_without_it(
+    alice, index_files, settings, lock_table
+):
+    """The plan's statement stalls (its words' state locked by another connection): it ends at the
+    statement timeout, the keyword half that waits for it on its helper goes on without the neighbours,
+    and the search answers from both halves within its deadline, saying it was cut short."""
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    memory_words_sync()
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    found, _ = explained(alice, "the spend")
+    assert found["memory/hose.md"]["expansion"] == {"spend": ["costs"]}  # searched in the keyword half
+
+    settings.MEMORYHUB_SEARCH_STATEMENT_TIMEOUT_MS = 500
+    settings.MEMORYHUB_SEARCH_DEADLINE_MS = 5_000
+    lock_table(MemoryWordsState._meta.db_table)  # read by the plan alone: not by the checks or either half
+    started = time.monotonic()
+    found, response = explained(alice, "the spend")
+    took = time.monotonic() - started
+    assert took < 4, f"answered after {took:.1f} s"  # the plan's 0.5 s, not the lock's 30 s nor the deadline
+    assert response.mode == "hybrid" and "memory/office.md" in found  # the question's own word, by keyword
+    assert found["memory/office.md"]["keyword_rank"] is not None
+    assert not any(explain.get("expansion") for explain in found.values())
+    assert "stopped at its time limit" in response.message
