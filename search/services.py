@@ -449,9 +449,11 @@ def _memory_search(
         except SearchTimedOut:
             used_mode = "keyword" if used_mode == "hybrid" else used_mode
     # The second keyword query: the helper's, or run here when no helper took it (or its run failed), while
-    # the keyword half may still be running on its own.
+    # the keyword half may still be running on its own. A search fallen back to keyword only keeps it (a word
+    # that was to be embedded with the query has no vector then, and no neighbours), as it keeps the
+    # neighbours its keyword half searched.
     second = None
-    if plan is not None and used_mode == "hybrid":
+    if plan is not None and used_mode != "vector":
         second = _beside_result(expansion_later, deadline=deadline, quiet=True) if expansion_later is not None else None
         if second is None and not deadline.timed_out:
             try:
@@ -466,14 +468,14 @@ def _memory_search(
                 keyword = keyword_half()
         except SearchTimedOut:
             used_mode = "vector" if used_mode == "hybrid" and vector_hits else used_mode
-    if in_half and keyword is not None and not keyword.expansion and used_mode == "hybrid" and not deadline.timed_out:
+    if in_half and keyword is not None and not keyword.expansion and used_mode != "vector" and not deadline.timed_out:
         # The keyword half did not search the neighbours (the agent is larger than its words counted): here.
         plan = shared["plan"]
         try:
             second = expansion()
         except SearchTimedOut:
             pass
-    if keyword is not None and second is not None and second.hits and used_mode == "hybrid":
+    if keyword is not None and second is not None and second.hits and used_mode != "vector":
         keyword = lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT)
     if keyword is None:
         try:

@@ -586,3 +586,30 @@ def test_a_stalled_plan_ends_at_the_statement_timeout_and_the_keyword_half_answe
     assert found["memory/office.md"]["keyword_rank"] is not None
     assert not any(explain.get("expansion") for explain in found.values())
     assert "stopped at its time limit" in response.message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_fallen_back_to_keyword_only_keeps_the_neighbours_it_finds_without_the_query_vector(
+    alice, index_files, settings, synonyms
+):
+    """The query's embedding fails: the search answers by keyword only, and a held word's neighbours are
+    searched all the same, whichever way: in the keyword half (worked out, a small agent), by the second
+    query (a large agent), or looked up from the word's own vector. (A word the memory lacks needs the
+    query's embedding: it is not expanded, test_a_provider_failure_leaves_the_words_...)"""
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    memory_words_sync()
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    synonyms.embed_query_windows = lambda texts: (_ for _ in ()).throw(ProviderTransientError("down"))
+    synonyms.embed_query = synonyms.embed_query_windows
+
+    def answer():
+        found, response = explained(alice, "the spend")
+        assert response.mode == "keyword" and "provider failed" in response.message
+        return [(r.path, r.start_line) for r in response.results], found["memory/hose.md"]["expansion"]
+
+    in_the_half = answer()
+    assert in_the_half[1] == {"spend": ["costs"]}
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 2  # this agent (3 chunks) is large now: the second query
+    assert answer() == in_the_half
+    MemoryWord.objects.filter(agent=alice.agent, word="spend").update(neighbours=None)  # looked up
+    assert answer() == in_the_half
