@@ -37,7 +37,7 @@ nearest_sql = expansion._NEAREST_SQL.format(
 statements = {
     "expansion_plan": (
         expansion._PLAN_SQL,
-        {"words": words, "config": KEYWORD_CONFIG, "agent": agent.pk, "identity": identity.key},
+        {"words": words, "config": KEYWORD_CONFIG, "agent": agent.pk, "identity": identity.key, "key": expansion.neighbours_key(identity.key)},
     ),
     "nearest words": (nearest_sql, [words, [None] * len(words), 11]),
 }
