@@ -590,13 +590,13 @@ class ExpansionPlan:
 # vector of the word of the configured model, and its nearest words when they were worked out with the
 # settings of now (null: not worked out), with their lexemes.
 _PLAN_SQL = f"""
-SELECT q.i, q.w, x.lexeme, s.chunks, l.chunks, m.id IS NOT NULL,
-       CASE WHEN s.neighbours_key = %(key)s THEN m.neighbours END,
+SELECT q.i, q.w, x.lexeme, s.chunks AS counted, l.chunks AS holding, m.id IS NOT NULL AS held,
+       CASE WHEN s.neighbours_key = %(key)s THEN m.neighbours END AS neighbours,
        CASE WHEN s.neighbours_key = %(key)s THEN array(
            SELECT y.lexeme FROM unnest(m.neighbours) WITH ORDINALITY AS n(w, k)
            CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, n.w))) AS y(lexeme)
            ORDER BY n.k, y.lexeme
-       ) END
+       ) END AS neighbour_lexemes
 FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(w, i)
 CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS x(lexeme)
 JOIN {WORDS_STATE} s ON s.agent_id = %(agent)s
@@ -605,25 +605,39 @@ LEFT JOIN {WORDS} m ON m.agent_id = %(agent)s AND m.word = q.w AND m.embedding_i
 ORDER BY q.i
 """
 
+# The same rows as one JSON value (a list of lists, in the same order; null: none), for a statement that
+# reads the plan with other things: the search's checks read it in their round trip (search/services.py).
+PLAN_JSON_SQL = f"""(SELECT json_agg(json_build_array(
+    r.i, r.w, r.lexeme, r.counted, r.holding, r.held, r.neighbours, r.neighbour_lexemes) ORDER BY r.i)
+ FROM ({_PLAN_SQL}) r)"""
+
+
+def plan_params(*, agent_id: int, identity_key: str, words: list[str]) -> dict:
+    """The parameters of _PLAN_SQL (and PLAN_JSON_SQL) for the question words ``words``."""
+    return {
+        "words": words, "config": KEYWORD_CONFIG, "agent": agent_id, "identity": identity_key,
+        "key": neighbours_key(identity_key),
+    }
+
 
 def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> ExpansionPlan | None:
     """The words of ``query`` to expand (see the module docstring), or None: its content words (at most
     MAX_EXPANDED_WORDS, one statement, _PLAN_SQL) whose lexeme has a BM25 IDF of at least
     MEMORYHUB_SEARCH_EXPANSION_MIN_IDF in the agent's chunks read, or stands in none of them, the rarest
-    MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED. A word without a vector in the memory is left out when
-    MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS is off. Nothing is expanded before the agent's chunks are read."""
+    MEMORYHUB_SEARCH_EXPANSION_MAX_EXPANDED (``plan_from_rows``). The search reads the same rows with its
+    checks instead (PLAN_JSON_SQL)."""
     words = expansion_words(query)
     if not words:
         return None
     with read_connection.cursor() as cursor:  # where the search reads: a replica or the primary
-        cursor.execute(
-            _PLAN_SQL,
-            {
-                "words": words, "config": KEYWORD_CONFIG, "agent": agent_id, "identity": identity_key,
-                "key": neighbours_key(identity_key),
-            },
-        )
-        rows = cursor.fetchall()
+        cursor.execute(_PLAN_SQL, plan_params(agent_id=agent_id, identity_key=identity_key, words=words))
+        return plan_from_rows(cursor.fetchall())
+
+
+def plan_from_rows(rows) -> ExpansionPlan | None:
+    """The plan of _PLAN_SQL's rows (see expansion_plan). A word without a vector in the memory is left out
+    when MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS is off. Nothing is expanded before the agent's chunks are
+    read."""
     floor = settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF
     absent_too = settings.MEMORYHUB_SEARCH_EXPANSION_ABSENT_WORDS
     rarity: dict[str, float] = {}
@@ -631,7 +645,7 @@ def expansion_plan(*, agent_id: int, identity_key: str, query: str) -> Expansion
     counted = 0
     known: dict[str, list[str]] = {}
     known_lexemes: dict[str, list[str]] = {}
-    for _, word, _, total, chunks, has_vector, neighbours, neighbour_lexemes in rows:
+    for _, word, _, total, chunks, has_vector, neighbours, neighbour_lexemes in rows or ():
         if not total or (not has_vector and not absent_too):
             continue
         counted = total

@@ -27,6 +27,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from contextlib import suppress
 from dataclasses import replace
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import date, datetime, timezone as dt_timezone
@@ -47,7 +48,7 @@ from search.beside import run_beside
 from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
-from search.expansion import WORDS, expansion_plan, expansion_query, expansion_words, lifted
+from search.expansion import PLAN_JSON_SQL, WORDS, expansion_query, expansion_words, lifted, plan_from_rows, plan_params
 from search.keyword import KeywordResult, keyword_candidates, lines_lexemes, query_lexemes
 from search.query_breaker import BreakerOpen, embed_query_bounded
 from search.rerank import candidates_reranked, rerank_enabled
@@ -192,17 +193,26 @@ _HAS_WORDS_SQL = f"EXISTS (SELECT 1 FROM {WORDS} WHERE agent_id = %(agent)s AND 
 _VECTOR_CHECKS_SQL = f"{_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}, {_HAS_WORDS_SQL}"
 
 
-def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity) -> tuple[bool, bool, bool]:
+def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity, plan_words: list[str] | None = None) -> tuple:
     """(whether the agent has vectors of ``identity``, whether it has an HNSW index for them, whether it has
-    words embedded with it)."""
+    words embedded with it, keyword expansion's plan rows for ``plan_words`` or None)."""
     with read_connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_VECTOR_CHECKS_SQL}", _vector_params(agent=agent, identity=identity))
+        cursor.execute(f"SELECT {_VECTOR_CHECKS_SQL}, {_plan_column(plan_words)}", _vector_params(agent=agent, identity=identity, plan_words=plan_words))
         return tuple(cursor.fetchone())
 
 
-def _vector_params(*, agent: Agent, identity: EmbeddingIdentity) -> dict:
+def _plan_column(plan_words: list[str] | None) -> str:
+    return PLAN_JSON_SQL if plan_words else "NULL"
+
+
+def _vector_params(*, agent: Agent, identity: EmbeddingIdentity, plan_words: list[str] | None = None) -> dict:
     index = agent_vector_index_name(agent_id=agent.pk, dimensions=identity.dimensions or 0)
-    return {"agent": agent.pk, "identity": identity.key, "index": index}
+    params = {"agent": agent.pk, "identity": identity.key, "index": index}
+    if plan_words:
+        params.update(plan_params(agent_id=agent.pk, identity_key=identity.key, words=plan_words))
+    return params
+
+
 
 
 def _pending_files(*, agent: Agent) -> tuple[int, int]:
@@ -215,27 +225,31 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
 
 
 def _search_checks(
-    *, agent: Agent, identity: EmbeddingIdentity, want_vectors: bool, deadline: SearchDeadline
-) -> tuple[int, int, bool, bool, bool]:
+    *, agent: Agent, identity: EmbeddingIdentity, want_vectors: bool, deadline: SearchDeadline,
+    plan_words: list[str] | None = None,
+) -> tuple[int, int, bool, bool, bool, list | None]:
     """(pending files, of which keyword search finds already, and when ``want_vectors`` whether the agent
-    has vectors of ``identity``, an HNSW index for them and words embedded with it): _pending_files on
-    the primary and _agent_has_vectors where the search reads."""
+    has vectors of ``identity``, an HNSW index for them and words embedded with it; then, when
+    ``want_vectors`` and ``plan_words``, keyword expansion's plan rows for them, else None): _pending_files
+    on the primary and _agent_has_vectors where the search reads, in one statement when both are one."""
+    plan_words = plan_words if want_vectors else None
     if current_read_alias() == DEFAULT_DB_ALIAS:
-        vectors = _VECTOR_CHECKS_SQL if want_vectors else "false, false, false"
+        vectors = f"{_VECTOR_CHECKS_SQL}, {_plan_column(plan_words)}" if want_vectors else "false, false, false, NULL"
         with deadline.queries():
             with read_connection.cursor() as cursor:
                 cursor.execute(
                     f"SELECT p.*, {vectors} FROM ({_PENDING_SQL}) p",
-                    {"states": _PENDING_STATES, **_vector_params(agent=agent, identity=identity)},
+                    {"states": _PENDING_STATES, **_vector_params(agent=agent, identity=identity, plan_words=plan_words)},
                 )
                 return cursor.fetchone()
     with deadline.queries(using=DEFAULT_DB_ALIAS):
         pending, awaiting_vectors = _pending_files(agent=agent)
     has_vectors = has_index = has_words = False
+    plan_rows = None
     if want_vectors:
         with deadline.queries():
-            has_vectors, has_index, has_words = _agent_has_vectors(agent=agent, identity=identity)
-    return pending, awaiting_vectors, has_vectors, has_index, has_words
+            has_vectors, has_index, has_words, plan_rows = _agent_has_vectors(agent=agent, identity=identity, plan_words=plan_words)
+    return pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -363,11 +377,13 @@ def _memory_search(
     pool = max(settings.MEMORYHUB_SEARCH_CANDIDATE_POOL, 2 * max_results)
 
     # Keyword expansion (search/expansion.py), hybrid questions only: the question's rare words and their
-    # neighbours, read off the memory's words (the plan) while the keyword half sends its first statement.
-    # When the memory has worked out every rare word's neighbours and the agent is searched by keyword
-    # exactly (small: most agents), the keyword half waits for the plan and searches them with the question
-    # in its next statement; else a second keyword query searches them, beside the rest (below).
-    expanding = used_mode == "hybrid" and identity.has_vectors and bool(expansion_words(query))
+    # neighbours, read off the memory's words (the plan) with the search's checks, while the keyword half
+    # sends its first statement. When the memory has worked out every rare word's neighbours and the agent
+    # is searched by keyword exactly (small: most agents), the keyword half waits for the plan and searches
+    # them with the question in its next statement; else a second keyword query searches them, beside the
+    # rest (below).
+    plan_words = expansion_words(query) if used_mode == "hybrid" and identity.has_vectors else []
+    expanding = bool(plan_words)
     planned = threading.Event()  # set once the plan is read, or failed to be
     shared: dict = {}  # "plan": read on this thread; "searched": the neighbours the keyword half searched
 
@@ -396,26 +412,29 @@ def _memory_search(
     keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
     plan = None
     try:
-        if expanding:
-            with deadline.queries():
-                plan = expansion_plan(agent_id=agent.pk, identity_key=identity.key, query=query)
-    except SearchTimedOut:
-        pass
+        checks = None
+        want_vectors = used_mode != "keyword" and identity.has_vectors
+        try:
+            checks = _search_checks(agent=agent, identity=identity, want_vectors=want_vectors, deadline=deadline, plan_words=plan_words)
+        except SearchTimedOut:
+            # Once more without the plan (its tables may be what is stalled), when there is time: the
+            # search then answers without expansion, saying it was cut short.
+            if expanding and not deadline.expired:
+                with suppress(SearchTimedOut):
+                    checks = _search_checks(agent=agent, identity=identity, want_vectors=want_vectors, deadline=deadline)
+        if checks is None:
+            raise SearchUnavailable(_TIMED_OUT) from None
+        pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows = checks
+        plan = plan_from_rows(plan_rows) if has_words else None
     finally:
         shared["plan"] = plan
         planned.set()
-    try:
-        pending, awaiting_vectors, has_vectors, has_index, has_words = _search_checks(
-            agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline
-        )
-    except SearchTimedOut:
-        raise SearchUnavailable(_TIMED_OUT) from None
     # The rest of the expansion, when words must be looked up or the agent is large: the second keyword query
     # needs nothing of either half, only the words' vectors, so it starts on a helper as soon as they are
     # known (at once when the memory holds them all, else once the query embedding brought the others) and
     # runs beside the rest.
     in_half = in_keyword_half(plan)
-    if not has_words or in_half:
+    if in_half:
         plan = None
 
     def expansion() -> KeywordResult:

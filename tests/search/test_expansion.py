@@ -566,9 +566,10 @@ def test_a_small_agents_worked_out_neighbours_are_searched_in_the_keyword_half(a
 def test_a_stalled_plan_ends_at_the_statement_timeout_and_the_keyword_half_answers_without_it(
     alice, index_files, settings, lock_table
 ):
-    """The plan's statement stalls (its words' state locked by another connection): it ends at the
-    statement timeout, the keyword half that waits for it on its helper goes on without the neighbours,
-    and the search answers from both halves within its deadline, saying it was cut short."""
+    """The plan stalls (its words' state locked by another connection): the checks' statement, which reads
+    it, ends at the statement timeout and is sent again without it; the keyword half that waits for the
+    plan on its helper goes on without the neighbours, and the search answers from both halves within its
+    deadline, saying it was cut short."""
     index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
     memory_words_sync()
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
@@ -613,3 +614,27 @@ def test_a_search_fallen_back_to_keyword_only_keeps_the_neighbours_it_finds_with
     assert answer() == in_the_half
     MemoryWord.objects.filter(agent=alice.agent, word="spend").update(neighbours=None)  # looked up
     assert answer() == in_the_half
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_plan_is_read_in_the_round_trip_of_the_checks(alice, index_files, settings, monkeypatch):
+    """The plan costs the search no statement of its own: it is read with the checks (pending files, the
+    agent's vectors), which the search sends before its query embedding and vector half anyway."""
+    from django.db.backends.postgresql.base import Cursor
+
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    memory_words_sync()
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    sent = []
+    execute = Cursor.execute
+
+    def record(cursor, query, *args, **kwargs):
+        sent.append(query)
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(Cursor, "execute", record)
+    found, _ = explained(alice, "the spend")
+    monkeypatch.undo()
+    assert found["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    reading_the_plan = [query for query in sent if MemoryWordsState._meta.db_table in query]
+    assert len(reading_the_plan) == 1 and "indexing_memoryfile" in reading_the_plan[0]

@@ -217,3 +217,18 @@ def test_a_search_inside_a_transaction_on_the_primary_reads_the_primary(alice, i
         assert [result.path for result in response.results] == ["notes/heron.md"]
         assert response.pending == 1  # the file this transaction stored, not yet indexed
     assert on_replica.captured_queries == []
+
+
+def test_keyword_expansions_plan_is_read_on_the_replica_with_the_vector_checks(alice, index_files, replica):
+    """With a replica, the pending files are counted on the primary (read-your-writes) and the rest of the
+    checks read where the search reads: keyword expansion's plan comes with them, from the replica."""
+    from search.expansion import memory_words_sync
+    from search.models import MemoryWordsState
+
+    index_files(alice, {"notes/heron.md": "The heron project ships in May; Caroline owns it.\n"})
+    memory_words_sync()
+    wait_until_replica("pg_last_wal_replay_lsn()")
+    with CaptureQueriesContext(connections[ALIAS]) as on_replica:
+        assert found_paths(alice, "who owns the heron project?") == ["notes/heron.md"]
+    plan = [query["sql"] for query in on_replica.captured_queries if MemoryWordsState._meta.db_table in query["sql"]]
+    assert len(plan) == 1 and "pg_index" in plan[0]  # one statement, with the vector checks
