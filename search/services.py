@@ -27,7 +27,6 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from contextlib import suppress
 from dataclasses import replace
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import date, datetime, timezone as dt_timezone
@@ -412,21 +411,14 @@ def _memory_search(
     keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
     plan = None
     try:
-        checks = None
-        want_vectors = used_mode != "keyword" and identity.has_vectors
-        try:
-            checks = _search_checks(agent=agent, identity=identity, want_vectors=want_vectors, deadline=deadline, plan_words=plan_words)
-        except SearchTimedOut:
-            # Once more without the plan (its tables may be what is stalled), when there is time: the
-            # search then answers without expansion, saying it was cut short.
-            if expanding and not deadline.expired:
-                with suppress(SearchTimedOut):
-                    checks = _search_checks(agent=agent, identity=identity, want_vectors=want_vectors, deadline=deadline)
-        if checks is None:
-            raise SearchUnavailable(_TIMED_OUT) from None
-        pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows = checks
+        pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows = _search_checks(
+            agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline,
+            plan_words=plan_words,
+        )
         plan = plan_from_rows(plan_rows) if has_words else None
-    finally:
+    except SearchTimedOut:
+        raise SearchUnavailable(_TIMED_OUT) from None
+    finally:  # the keyword half may be waiting for the plan: it goes on without it when there is none
         shared["plan"] = plan
         planned.set()
     # The rest of the expansion, when words must be looked up or the agent is large: the second keyword query
