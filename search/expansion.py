@@ -684,13 +684,14 @@ def expansion_query(
     return replace(second, expansion=neighbours)
 
 
-def lifted(first: KeywordResult, second: KeywordResult, *, weight: float) -> KeywordResult:
+def lifted(first: KeywordResult, second: KeywordResult, *, weight: float, limit: int | None = None) -> KeywordResult:
     """The hits of ``first`` with ``weight`` times their score in ``second`` added (hits only in ``second``
     join with that alone), scaled so the best scores 1; each hit keeps the part ``second`` gave it
     (``expansion_score``, on the same scale) for ``explain``, and its BM25 in ``first`` (0 when only
-    ``second`` found it). At most the two results' hits together (each at most the search's pool). The
-    query's lexemes and IDFs stay ``first``'s (snippets pick the lines of the question's own words); its
-    ``expansion`` is ``second``'s. keyword_candidates(also=...) gives the same in one statement."""
+    ``second`` found it). The best ``limit`` of the two results' hits (the search's pool: no more than the
+    keyword half gives alone; all of them when None). The query's lexemes and IDFs stay ``first``'s
+    (snippets pick the lines of the question's own words); its ``expansion`` is ``second``'s.
+    keyword_candidates(also=...) gives the same in one statement."""
     scores = {hit.chunk_id: hit.score for hit in first.hits}
     added = {hit.chunk_id: weight * hit.score for hit in second.hits}
     where = {hit.chunk_id: hit for hit in [*second.hits, *first.hits]}
@@ -704,6 +705,6 @@ def lifted(first: KeywordResult, second: KeywordResult, *, weight: float) -> Key
             start_line=where[chunk_id].start_line, end_line=where[chunk_id].end_line,
             expansion_score=added[chunk_id] / best if chunk_id in added else None,
         )
-        for chunk_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+        for chunk_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:limit]
     ]
     return KeywordResult(hits=hits, lexemes=first.lexemes, idf=first.idf, exact=first.exact, expansion=second.expansion)

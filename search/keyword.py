@@ -188,6 +188,7 @@ SELECT id, coalesce(own_part, 0) + coalesce(also_part, 0) AS score, file_id, sta
 FROM lifted
 WHERE own_part IS NOT NULL OR also_part IS NOT NULL
 ORDER BY score DESC, bm25 DESC NULLS LAST, id
+LIMIT %(limit)s
 """
 
 # Large agents: the IDF of each lexeme is known beforehand (see below), so each match is scored in one
@@ -446,8 +447,9 @@ def keyword_candidates(
     ``also`` (keyword expansion, search/services.py): for an agent searched exactly, called once that is
     known (after the first statement), it gives more lexemes to search with the query's, in the same
     statement: a chunk's score is then lifted by ``also_weight`` times its BM25 for them, scaled so that
-    their best is 1, and the best score is 1 again (search/expansion.py's ``lifted`` of the two queries).
-    It is not called for a large agent. The result's lexemes and IDFs are the query's own."""
+    their best is 1, and the best score is 1 again (search/expansion.py's ``lifted`` of the two queries,
+    at most ``limit`` hits too). It is not called for a large agent. The result's lexemes and IDFs are the
+    query's own."""
     lexemes, stats = _lexemes_and_stats(agent_id=agent_id, query=query)
     if not lexemes:
         return KeywordResult(hits=[], lexemes=[], idf={})

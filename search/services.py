@@ -487,7 +487,7 @@ def _memory_search(
         except SearchTimedOut:
             pass
     if keyword is not None and second is not None and second.hits and used_mode != "vector":
-        keyword = lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT)
+        keyword = lifted(keyword, second, weight=settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT, limit=pool)
     if keyword is None:
         try:
             with deadline.queries():

@@ -500,16 +500,18 @@ def test_the_lexemes_searched_with_the_question_lift_it_as_a_second_query_would(
         ]
 
     question, lexemes = "what did the garden water cost?", ["spend", "chair"]  # "spend chairs"
-    expected = lifted(search(question), search("spend chairs"), weight=0.3)
+    expected = lifted(search(question), search("spend chairs"), weight=0.3, limit=10)
     found = search(question, also=lambda: lexemes, also_weight=0.3)
     assert scored(found) == scored(expected) and len(found.hits) == 3
     assert found.lexemes == search(question).lexemes and found.idf == search(question).idf  # the question's own
     office = next(hit for hit in found.hits if hit.expansion_score and hit.score == hit.expansion_score)
     assert office.bm25 == 0.0  # found by the words alone
-    # The best ``limit`` of each query, as lifted takes them: here the question's best and the words' best.
-    expected = lifted(search(question, limit=1), search("spend chairs", limit=1), weight=0.3)
+    # The best ``limit`` of each query, as lifted takes them (here the question's best and the words' best),
+    # and of those the best ``limit``: no more candidates than the question's search alone.
+    both = lifted(search(question, limit=1), search("spend chairs", limit=1), weight=0.3)
+    expected = lifted(search(question, limit=1), search("spend chairs", limit=1), weight=0.3, limit=1)
+    assert len(both.hits) == 2 and scored(expected) == scored(both)[:1]
     assert scored(search(question, limit=1, also=lambda: lexemes, also_weight=0.3)) == scored(expected)
-    assert len(expected.hits) == 2
     # Without lexemes (or without weight), the question's own search; a large agent's never asks for them.
     assert scored(search(question, also=lambda: lexemes, also_weight=0.0)) == scored(search(question))
     assert all(hit.expansion_score is None for hit in search(question, also=lambda: [], also_weight=0.3).hits)
