@@ -196,7 +196,10 @@ def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity, plan_words:
     """(whether the agent has vectors of ``identity``, whether it has an HNSW index for them, whether it has
     words embedded with it, keyword expansion's plan rows for ``plan_words`` or None)."""
     with read_connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_VECTOR_CHECKS_SQL}, {_plan_column(plan_words)}", _vector_params(agent=agent, identity=identity, plan_words=plan_words))
+        cursor.execute(
+            f"SELECT {_VECTOR_CHECKS_SQL}, {_plan_column(plan_words)}",
+            _vector_params(agent=agent, identity=identity, plan_words=plan_words),
+        )
         return tuple(cursor.fetchone())
 
 
@@ -210,8 +213,6 @@ def _vector_params(*, agent: Agent, identity: EmbeddingIdentity, plan_words: lis
     if plan_words:
         params.update(plan_params(agent_id=agent.pk, identity_key=identity.key, words=plan_words))
     return params
-
-
 
 
 def _pending_files(*, agent: Agent) -> tuple[int, int]:
@@ -247,7 +248,9 @@ def _search_checks(
     plan_rows = None
     if want_vectors:
         with deadline.queries():
-            has_vectors, has_index, has_words, plan_rows = _agent_has_vectors(agent=agent, identity=identity, plan_words=plan_words)
+            has_vectors, has_index, has_words, plan_rows = _agent_has_vectors(
+                agent=agent, identity=identity, plan_words=plan_words
+            )
     return pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows
 
 

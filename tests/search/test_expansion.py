@@ -23,6 +23,7 @@ GARDEN = """# Garden
 
 The tomatoes need water every evening; the roses were pruned in March.
 """
+HOSE = "# Hose\n\nThe costs of the new hose.\n"
 
 
 class SynonymProvider(FakeProvider):
@@ -444,7 +445,7 @@ def test_each_words_neighbours_are_worked_out_ahead_and_again_when_a_word_near_i
     assert first.neighbours_found == first.words_embedded == len(lists())
     assert lists()["spend"] == [] and lists()["tomatoes"] == []  # no word near enough: an empty list
     # A word near "spend" comes: its list is worked out again, with the new word's; the others stay.
-    index_files(alice, {"memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    index_files(alice, {"memory/hose.md": HOSE})
     second = memory_words_sync()
     assert (second.words_embedded, second.neighbours_found) == (2, 3)  # "costs", "hose"; and "spend" again
     assert lists()["spend"] == ["costs"] and lists()["costs"] == ["spend"]
@@ -539,7 +540,7 @@ def test_a_small_agents_worked_out_neighbours_are_searched_in_the_keyword_half(a
         return real_query(**kwargs)
 
     monkeypatch.setattr(services, "expansion_query", counted)
-    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": HOSE})
     memory_words_sync()
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
 
@@ -574,7 +575,7 @@ def test_a_stalled_plan_answers_503_at_the_statement_timeout_and_frees_the_keywo
     from search import beside
     from search.deadline import SearchUnavailable
 
-    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": HOSE})
     memory_words_sync()
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
     found, _ = explained(alice, "the spend")
@@ -603,7 +604,7 @@ def test_a_search_fallen_back_to_keyword_only_keeps_the_neighbours_it_finds_with
     searched all the same, whichever way: in the keyword half (worked out, a small agent), by the second
     query (a large agent), or looked up from the word's own vector. (A word the memory lacks needs the
     query's embedding: it is not expanded, test_a_provider_failure_leaves_the_words_...)"""
-    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": HOSE})
     memory_words_sync()
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
     synonyms.embed_query_windows = lambda texts: (_ for _ in ()).throw(ProviderTransientError("down"))
@@ -628,7 +629,7 @@ def test_the_plan_is_read_in_the_round_trip_of_the_checks(alice, index_files, se
     agent's vectors), which the search sends before its query embedding and vector half anyway."""
     from django.db.backends.postgresql.base import Cursor
 
-    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": "# Hose\n\nThe costs of the new hose.\n"})
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN, "memory/hose.md": HOSE})
     memory_words_sync()
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
     sent = []
