@@ -31,9 +31,10 @@ Two parts:
   of the live ones (the keyword stats' setting), the agent's lexemes are counted again from its live
   chunks (``lexemes_recount``). The check runs when the agent's new chunks have been read, so a
   deletion alone is counted out at the agent's next write.
-- **At search** (search/services.py): ``expansion_plan`` reads the question's content words' lexeme
-  counts, vectors and worked-out neighbours (one statement, on the request's thread while the keyword
-  half sends its first) and keeps the rare ones. When every rare word's neighbours are worked out and the
+- **At search** (search/services.py): the plan reads the question's content words' lexeme counts,
+  vectors and worked-out neighbours (``PLAN_JSON_SQL``, in the statement of the search's checks, on the
+  request's thread while the keyword half sends its first) and keeps the rare ones (``plan_from_rows``;
+  ``expansion_plan`` is the same in a statement of its own). When every rare word's neighbours are worked out and the
   agent is small enough to be searched by keyword exactly (MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS:
   most agents), the keyword half takes their lexemes from the plan and searches them with the question
   in its next statement (``keyword_candidates(also=...)``). Else the rare words the memory holds have

@@ -8,7 +8,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 from django.conf import settings
@@ -30,15 +30,20 @@ def bench_scale_database() -> None:
     settings.MEMORYHUB_EMBEDDING_DIMENSIONS = 384  # bench_scale's default --dims
 
 
+def measured_agents(count: int = QUESTIONS) -> Iterator[tuple[Agent, list[str], list[str]]]:
+    """(agent, its memory words, ``count`` questions of 3-8 of them) for each agent with words read."""
+    for agent_id in MemoryWordsState.objects.order_by("agent_id").values_list("agent_id", flat=True):
+        words = list(MemoryWord.objects.filter(agent_id=agent_id).order_by("id").values_list("word", flat=True))
+        rng = random.Random(agent_id)
+        questions = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(count)]
+        yield Agent.objects.get(id=agent_id), words, questions
+
+
 def timed_variants(variants: dict[str, tuple[float, Callable[[], AbstractContextManager]]]) -> None:
     """Print the table: each variant is (MEMORYHUB_SEARCH_EXPANSION_WEIGHT, a context each search runs in)."""
     print("| agent | memory words | " + " | ".join(variants) + " |")
     print("|---|---|" + "---|" * len(variants))
-    for agent_id in MemoryWordsState.objects.order_by("agent_id").values_list("agent_id", flat=True):
-        agent = Agent.objects.get(id=agent_id)
-        words = list(MemoryWord.objects.filter(agent_id=agent_id).order_by("id").values_list("word", flat=True))
-        rng = random.Random(agent_id)
-        questions = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(QUESTIONS)]
+    for agent, words, questions in measured_agents():
         took: dict[str, list[float]] = {name: [] for name in variants}
         for round_ in range(ROUNDS):
             for number, question in enumerate(questions):
@@ -53,4 +58,4 @@ def timed_variants(variants: dict[str, tuple[float, Callable[[], AbstractContext
                             took[name].append((time.perf_counter() - started) * 1000)
         cells = [f"{statistics.median(t):.2f} / {sorted(t)[int(len(t) * 0.95)]:.2f} ms" for t in took.values()]
         chunks = agent.chunks.count()
-        print(f"| {agent_id} ({chunks:,} chunks) | {len(words):,} | " + " | ".join(cells) + " |", flush=True)
+        print(f"| {agent.id} ({chunks:,} chunks) | {len(words):,} | " + " | ".join(cells) + " |", flush=True)

@@ -14,16 +14,13 @@ order alternating), three rounds of which the first is a warm-up. Run from the c
     DB=mh_small .venv/bin/python manage.py shell < benchmarks/experiments/search_timeline.py
 """
 
-import random
 import statistics
 import time
 
 from django.conf import settings
 
-from agents.models import Agent
-from benchmarks.experiments.expansion_variants import bench_scale_database
+from benchmarks.experiments.expansion_variants import bench_scale_database, measured_agents
 from search import services
-from search.models import MemoryWord, MemoryWordsState
 
 QUESTIONS, ROUNDS = 80, 3
 STEPS = (
@@ -54,11 +51,7 @@ for name in STEPS:
     if hasattr(services, name):
         timed(name)
 
-for agent_id in MemoryWordsState.objects.order_by("agent_id").values_list("agent_id", flat=True):
-    agent = Agent.objects.get(id=agent_id)
-    words = list(MemoryWord.objects.filter(agent_id=agent_id).order_by("id").values_list("word", flat=True))
-    rng = random.Random(agent_id)
-    questions = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(QUESTIONS)]
+for agent, words, questions in measured_agents(QUESTIONS):
     searches = {0.0: [], 0.3: []}  # expansion weight → the searches' total times
     spans = {0.0: {}, 0.3: {}}  # expansion weight → step → [(start, end)]
     for round_ in range(ROUNDS):
@@ -72,7 +65,7 @@ for agent_id in MemoryWordsState.objects.order_by("agent_id").values_list("agent
                     searches[weight].append((time.perf_counter() - search_started) * 1000)
                     for name, start, end in steps:
                         spans[weight].setdefault(name, []).append((start, end))
-    print(f"\nagent {agent_id} ({agent.chunks.count():,} chunks, {len(words):,} memory words)")
+    print(f"\nagent {agent.id} ({agent.chunks.count():,} chunks, {len(words):,} memory words)")
     print("| expansion | step | searches | start | end | duration (ms, medians) |")
     print("|---|---|---|---|---|---|")
     for weight in (0.0, 0.3):
