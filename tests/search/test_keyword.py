@@ -119,7 +119,7 @@ def test_large_agents_score_chunks_with_rare_words_and_keep_exact_rare_idf(alice
     assert bounded.idf[melanie] == exact.idf[melanie]
     # A query of common words only (the rarest is more common than the budget) is exact too ...
     monkeypatch.setattr(keyword, "SCORE_BUDGET", 5)
-    assert paths_of(hits(alice, "weather talked")) == paths_of(_exact_hits(alice, "weather talked", settings, monkeypatch))
+    assert paths_of(hits(alice, "weather talked")) == paths_of(_exact_hits(alice, "weather talked", monkeypatch))
     # ... unless the search would read more than MAX_SCORED_ROWS chunks: it stops there, and says so.
     monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 7)
     capped = hits(alice, "weather talked")
@@ -129,18 +129,14 @@ def test_large_agents_score_chunks_with_rare_words_and_keep_exact_rare_idf(alice
     assert len(hits(alice, "wether weather").hits) == 9
 
 
-def _exact_hits(member, query, settings, monkeypatch):
+def _exact_hits(member, query, monkeypatch):
     """The unbounded BM25 ranking: the small-agent path, which reads and scores every match."""
     from search import keyword
 
-    large_from = settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS
-    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 10**9
-    try:
-        with monkeypatch.context() as patch:
-            patch.setattr(keyword, "_stats_plan", lambda **kwargs: None)
-            return hits(member, query)
-    finally:
-        settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = large_from
+    real = keyword._lexemes_and_stats
+    with monkeypatch.context() as patch:  # the query's lexemes, as if the agent had no stats and no chunks
+        patch.setattr(keyword, "_lexemes_and_stats", lambda **kwargs: (real(**kwargs)[0], None, 0))
+        return hits(member, query)
 
 
 # Ten long notes hold the rare word once; twelve short ones repeat the common word. BM25 ranks the short
@@ -157,7 +153,7 @@ def test_a_large_agents_budget_does_not_lose_a_top_ten_chunk_holding_only_common
     from search import keyword
 
     index_files(alice, ZEBRA_APPLE)
-    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    exact = _exact_hits(alice, "zebra apple", monkeypatch)
     top_paths = paths_of(exact)
     assert any(path.startswith("memory/apple-") for path in top_paths)  # what a budget of the rare word's chunks missed
 
@@ -195,7 +191,7 @@ def test_a_large_agents_two_passes_find_every_chunk_of_the_exact_top_ten(alice, 
     rng = random.Random(15)
     vocabulary = sorted({word for text in notes.values() for word in text.split()})
     queries = [" ".join(rng.sample(vocabulary, rng.randint(2, 6))) for _ in range(12)]
-    exact = {query: _exact_hits(alice, query, settings, monkeypatch) for query in queries}
+    exact = {query: _exact_hits(alice, query, monkeypatch) for query in queries}
 
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     keyword_stats_sync()
@@ -272,7 +268,7 @@ def test_a_common_word_that_cannot_reach_the_top_ten_is_not_read(alice, index_fi
     files = {f"memory/zebra-{i}.md": "zebra " * (2 + i % 3) + f"apple note {i}" for i in range(12)}
     files.update({f"memory/apple-{i}.md": f"apple seen by {'one two three four five six seven eight ' * 2} {i}" for i in range(15)})
     index_files(alice, files)
-    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    exact = _exact_hits(alice, "zebra apple", monkeypatch)
 
     settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 3
     keyword_stats_sync()
@@ -304,7 +300,7 @@ def test_a_large_agents_search_stays_exact_for_chunks_written_since_its_keyword_
     assert hits(alice, "zebra apple").exact
 
     index_files(alice, {f"memory/new-apple-{i}.md": "apple " * 40 for i in range(3)})
-    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    exact = _exact_hits(alice, "zebra apple", monkeypatch)
     assert paths_of(exact)[:3] == [f"memory/new-apple-{i}.md" for i in range(3)]
     pruned = hits(alice, "zebra apple")  # scored with the stats' IDF (the df waits for their next run)
     assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
@@ -316,7 +312,7 @@ def test_a_large_agents_search_stays_exact_for_chunks_written_since_its_keyword_
     # Within the search's limit, those a first pass stopped before are read by the second.
     monkeypatch.setattr(keyword, "MAX_SCORED_ROWS", 100)
     monkeypatch.setattr(keyword, "FIRST_PASS_LIMIT", 1)
-    exact = _exact_hits(alice, "zebra apple", settings, monkeypatch)
+    exact = _exact_hits(alice, "zebra apple", monkeypatch)
     pruned = hits(alice, "zebra apple")
     assert [h.chunk_id for h in pruned.hits] == [h.chunk_id for h in exact.hits]
     assert pruned.exact
@@ -342,6 +338,31 @@ def test_a_small_agent_is_read_through_its_own_rows_never_the_all_agent_gin_inde
     index_files(alice, {"memory/a.md": "Caroline paints.", "notes/b.md": "Caroline runs."})
     plan = gin_only_plan(lambda: hits(alice, "Caroline"))
     assert "chunk_search_vector_gin" not in plan, plan
+
+
+def test_a_small_agents_keyword_half_is_two_statements_and_a_large_one_without_stats_is_still_counted_large(
+    alice, index_files, settings, monkeypatch
+):
+    """A small agent has no keyword stats: its size comes back with its query's lexemes (the first statement,
+    not a round trip of its own), then one statement reads its matches. Above the threshold and before its
+    stats exist, the same count sends the search down the large agents' path."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from search import keyword
+
+    index_files(alice, {f"memory/n-{i}.md": f"Caroline paints the fence, day {i}." for i in range(5)})
+    with CaptureQueriesContext(connection) as small:
+        found = hits(alice, "Caroline fence")
+    assert len(found.hits) == 5 and found.exact
+    assert len(small.captured_queries) == 2, [q["sql"][:80] for q in small.captured_queries]
+
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 4
+    large_plans = []
+    real = keyword._large_agent_plan
+    monkeypatch.setattr(keyword, "_large_agent_plan", lambda **kw: large_plans.append(kw) or real(**kw))
+    assert len(hits(alice, "Caroline fence").hits) == 5
+    assert len(large_plans) == 1
 
 
 def test_bm25_parameters_come_from_the_settings(alice, index_files, settings):
