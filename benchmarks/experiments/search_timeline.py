@@ -1,9 +1,12 @@
 """Measurement (docs/search.md, "Where a large agent's expansion time goes"): when each step of hybrid
 ``memory_search`` starts and ends, measured from the search's start, with keyword expansion off and on: the
-checks (with keyword expansion's plan; code before stop 45 read the plan in ``expansion_plan`` of its own), the keyword half (``keyword_candidates``, on a helper), the query
-embedding, the vector half (``_nearest``), the second keyword query (``expansion_query``), the lift
-(``lifted``), the fusion (``fuse``, ``neighbour_credit``) and the snippets (``_results``). Each is wrapped where search/services.py calls it; the table gives the median
-start, end and duration of each over the searches that ran it, and the median search.
+checks (with keyword expansion's plan; code before stop 45 read the plan in ``expansion_plan`` of its own),
+the keyword half (``keyword_candidates``, on a helper), the query embedding, the vector half (``_nearest``),
+the second keyword query (``expansion_query``), the lift (``lifted``), the fusion (``fuse``,
+``neighbour_credit``) and the snippets (``_results``); inside the keyword half, its first statement
+(``_lexemes_and_stats``) and its wait for the plan's neighbours. Each is wrapped where search/services.py
+(or search/keyword.py) calls it; the table gives the median start, end and duration of each over the
+searches that ran it, and the median search.
 
 It runs on a database that ``bench_scale --keep`` left, as neighbours_in_keyword_half.py does: for each
 measured agent, QUESTIONS questions of 3-8 of its own words, each asked with expansion off and on (the
@@ -16,11 +19,12 @@ order alternating), three rounds of which the first is a warm-up. Run from the c
 
 import statistics
 import time
+import types
 
 from django.conf import settings
 
 from benchmarks.experiments.expansion_variants import bench_scale_database, measured_agents
-from search import services
+from search import keyword, services
 
 QUESTIONS, ROUNDS = 80, 3
 STEPS = (
@@ -34,8 +38,8 @@ steps: list[tuple[str, float, float]] = []  # (step, start, end) of the search b
 search_started = 0.0
 
 
-def timed(name: str):
-    real = getattr(services, name)
+def timed(name: str, module=services, real=None):
+    real = real or getattr(module, name)
 
     def step(*args, **kwargs):
         started = time.perf_counter()
@@ -44,12 +48,26 @@ def timed(name: str):
         finally:  # list.append is atomic: the helpers' steps are recorded too
             steps.append((name, (started - search_started) * 1000, (time.perf_counter() - search_started) * 1000))
 
-    setattr(services, name, step)
+    setattr(module, name, step)
+    return step
 
 
 for name in STEPS:
     if hasattr(services, name):
         timed(name)
+# Inside the keyword half: its first statement (the question's lexemes, the keyword stats) and, for an agent
+# searched exactly, its wait for the plan's neighbours ("the plan wait": the call of its ``also``).
+timed("_lexemes_and_stats", module=keyword)
+keyword_half = services.keyword_candidates
+
+
+def keyword_candidates(*args, also=None, **kwargs):
+    if also is not None:
+        also = timed("the plan wait", module=types.SimpleNamespace(), real=also)
+    return keyword_half(*args, also=also, **kwargs)
+
+
+services.keyword_candidates = keyword_candidates
 
 for agent, words, questions in measured_agents(QUESTIONS):
     searches = {0.0: [], 0.3: []}  # expansion weight → the searches' total times
