@@ -195,24 +195,22 @@ _VECTOR_CHECKS_SQL = f"{_HAS_VECTORS_SQL}, {_HAS_INDEX_SQL}, {_HAS_WORDS_SQL}"
 def _agent_has_vectors(*, agent: Agent, identity: EmbeddingIdentity, plan_words: list[str] | None = None) -> tuple:
     """(whether the agent has vectors of ``identity``, whether it has an HNSW index for them, whether it has
     words embedded with it, keyword expansion's plan rows for ``plan_words`` or None)."""
+    columns, params = _vector_checks(agent=agent, identity=identity, plan_words=plan_words)
     with read_connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {_VECTOR_CHECKS_SQL}, {_plan_column(plan_words)}",
-            _vector_params(agent=agent, identity=identity, plan_words=plan_words),
-        )
+        cursor.execute(f"SELECT {columns}", params)
         return tuple(cursor.fetchone())
 
 
-def _plan_column(plan_words: list[str] | None) -> str:
-    return PLAN_JSON_SQL if plan_words else "NULL"
-
-
-def _vector_params(*, agent: Agent, identity: EmbeddingIdentity, plan_words: list[str] | None = None) -> dict:
+def _vector_checks(*, agent: Agent, identity: EmbeddingIdentity, plan_words: list[str] | None) -> tuple[str, dict]:
+    """The vector checks' four columns (the last: the plan's rows as JSON for ``plan_words``, or NULL) and
+    their parameters."""
     index = agent_vector_index_name(agent_id=agent.pk, dimensions=identity.dimensions or 0)
     params = {"agent": agent.pk, "identity": identity.key, "index": index}
-    if plan_words:
-        params.update(plan_params(agent_id=agent.pk, identity_key=identity.key, words=plan_words))
-    return params
+    if not plan_words:
+        return f"{_VECTOR_CHECKS_SQL}, NULL", params
+    return f"{_VECTOR_CHECKS_SQL}, {PLAN_JSON_SQL}", params | plan_params(
+        agent_id=agent.pk, identity_key=identity.key, words=plan_words
+    )
 
 
 def _pending_files(*, agent: Agent) -> tuple[int, int]:
@@ -224,24 +222,33 @@ def _pending_files(*, agent: Agent) -> tuple[int, int]:
         return cursor.fetchone()
 
 
+class SearchChecks(NamedTuple):
+    """What a search reads before its halves (_search_checks)."""
+
+    pending: int  # the agent's files waiting to be indexed
+    awaiting_vectors: int  # of which keyword search finds already (their vectors are still to come)
+    has_vectors: bool  # the agent has vectors of the configured identity (asked for vectors only)
+    has_index: bool  # ... and an HNSW index for them
+    has_words: bool  # ... and memory words embedded with it (keyword expansion)
+    plan_rows: list | None  # keyword expansion's plan rows for the question's words, else None
+
+
 def _search_checks(
     *, agent: Agent, identity: EmbeddingIdentity, want_vectors: bool, deadline: SearchDeadline,
     plan_words: list[str] | None = None,
-) -> tuple[int, int, bool, bool, bool, list | None]:
-    """(pending files, of which keyword search finds already, and when ``want_vectors`` whether the agent
-    has vectors of ``identity``, an HNSW index for them and words embedded with it; then, when
-    ``want_vectors`` and ``plan_words``, keyword expansion's plan rows for them, else None): _pending_files
-    on the primary and _agent_has_vectors where the search reads, in one statement when both are one."""
+) -> SearchChecks:
+    """The search's checks: the pending files, and when ``want_vectors`` the agent's vectors, index and
+    words, with the plan rows when there are ``plan_words``. _pending_files on the primary and
+    _agent_has_vectors where the search reads, in one statement when both are one."""
     plan_words = plan_words if want_vectors else None
     if current_read_alias() == DEFAULT_DB_ALIAS:
-        vectors = f"{_VECTOR_CHECKS_SQL}, {_plan_column(plan_words)}" if want_vectors else "false, false, false, NULL"
+        columns, params = _vector_checks(agent=agent, identity=identity, plan_words=plan_words)
+        if not want_vectors:
+            columns = "false, false, false, NULL"
         with deadline.queries():
             with read_connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT p.*, {vectors} FROM ({_PENDING_SQL}) p",
-                    {"states": _PENDING_STATES, **_vector_params(agent=agent, identity=identity, plan_words=plan_words)},
-                )
-                return cursor.fetchone()
+                cursor.execute(f"SELECT p.*, {columns} FROM ({_PENDING_SQL}) p", {"states": _PENDING_STATES, **params})
+                return SearchChecks(*cursor.fetchone())
     with deadline.queries(using=DEFAULT_DB_ALIAS):
         pending, awaiting_vectors = _pending_files(agent=agent)
     has_vectors = has_index = has_words = False
@@ -251,7 +258,7 @@ def _search_checks(
             has_vectors, has_index, has_words, plan_rows = _agent_has_vectors(
                 agent=agent, identity=identity, plan_words=plan_words
             )
-    return pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows
+    return SearchChecks(pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows)
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -414,11 +421,11 @@ def _memory_search(
     keyword_later = run_beside(keyword_half) if used_mode == "hybrid" and identity.has_vectors else None
     plan = None
     try:
-        pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows = _search_checks(
+        checks = _search_checks(
             agent=agent, identity=identity, want_vectors=used_mode != "keyword" and identity.has_vectors, deadline=deadline,
             plan_words=plan_words,
         )
-        plan = plan_from_rows(plan_rows) if has_words else None
+        plan = plan_from_rows(checks.plan_rows) if checks.has_words else None
     except SearchTimedOut:
         raise SearchUnavailable(_TIMED_OUT) from None
     finally:  # the keyword half may be waiting for the plan: it goes on without it when there is none
@@ -443,8 +450,8 @@ def _memory_search(
     words = plan.to_embed if plan is not None else ()
     if used_mode in ("hybrid", "vector"):
         embedding, why_not = _embed_for_search(
-            identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=has_vectors, deadline=deadline,
-            words=words,
+            identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=checks.has_vectors,
+            deadline=deadline, words=words,
         )
         if embedding is None:
             notes.append(f"{why_not} Keyword search only.")
@@ -458,7 +465,8 @@ def _memory_search(
         try:
             with deadline.queries():
                 vector_hits = _nearest(
-                    agent=agent, vectors=embedding, identity=identity, filters=filters, limit=pool, has_index=has_index
+                    agent=agent, vectors=embedding, identity=identity, filters=filters, limit=pool,
+                    has_index=checks.has_index,
                 )
         except SearchTimedOut:
             used_mode = "keyword" if used_mode == "hybrid" else used_mode
@@ -531,6 +539,7 @@ def _memory_search(
             notes.insert(0, f"Nothing matched with a score of at least {min_score:g} (best: {best_below:.3f}).")
         else:
             notes.insert(0, "Nothing matched.")
+    pending, awaiting_vectors = checks.pending, checks.awaiting_vectors
     if pending > awaiting_vectors:
         notes.append(f"{pending - awaiting_vectors} file(s) are still being indexed; recent changes may not be searchable yet.")
     if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet

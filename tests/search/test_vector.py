@@ -310,7 +310,8 @@ def test_the_search_checks_read_this_agents_vectors_index_and_pending_files(alic
 
     def checks(member, want_vectors=True):
         with SearchDeadline() as deadline:
-            return _search_checks(agent=member.agent, identity=identity, want_vectors=want_vectors, deadline=deadline)[:5]
+            found = _search_checks(agent=member.agent, identity=identity, want_vectors=want_vectors, deadline=deadline)
+        return found.pending, found.awaiting_vectors, found.has_vectors, found.has_index, found.has_words
 
     assert checks(alice) == (0, 0, True, True, False)
     # bob's two files waiting (one of them for its vectors only); none of alice's vectors or index
