@@ -527,7 +527,7 @@ def nearest_words(
     ``vectors``, else the memory's own (a word with neither has no neighbours)."""
     if not words:
         return {}
-    from search.vector import _vector_literal, rows_with_settings
+    from search.vector import rows_with_settings, vector_literal
 
     vectors = vectors or {}
     k = settings.MEMORYHUB_SEARCH_EXPANSION_NEIGHBOURS
@@ -535,7 +535,7 @@ def nearest_words(
     sql = _NEAREST_SQL.format(
         dims=int(dimensions), words=WORDS, agent=int(agent_id), identity=_sql_string(identity_key),
     )
-    given = [_vector_literal(vectors[word]) if word in vectors else None for word in words]
+    given = [vector_literal(vectors[word]) if word in vectors else None for word in words]
     rows = rows_with_settings(setting=_NEAREST_SETTINGS, setting_params=[], sql=sql, params=[words, given, k + NEAREST_SLACK])
     found: dict[str, list[str]] = {}
     for i, word, distance in sorted(rows, key=lambda row: (row[0], row[2], row[1])):

@@ -88,7 +88,7 @@ def vector_candidates(
         logger.warning("query embedding has %d dimensions, the index %d: no vector candidates", len(query_embedding), dims)
         return []
     filters = filters or SearchFilters()
-    query = _vector_literal(query_embedding)
+    query = vector_literal(query_embedding)
     plan = vector_plan(agent_id=agent_id, dimensions=dims, identity_key=identity_key, filters=filters, limit=limit, has_index=has_index)
     if plan.kind == "hnsw":
         rows = _hnsw_search(
@@ -153,7 +153,9 @@ def _iterative_scans() -> bool:
     return settings.MEMORYHUB_VECTOR_ITERATIVE_SCAN != "off" and pgvector_version() >= (0, 8)
 
 
-def _vector_literal(values) -> str:
+def vector_literal(values) -> str:
+    """A vector as pgvector's text form ("[0.1,0.2]"), for a statement's parameter (the search's query and
+    keyword expansion's word vectors)."""
     return "[" + ",".join(repr(float(value)) for value in values) + "]"
 
 

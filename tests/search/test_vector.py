@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from indexing.models import Chunk, MemoryFile
 from search.tasks import vector_indexes_task
 from search.types import SearchFilters
-from search.vector import _exact_search, _vector_literal, vector_candidates, vector_plan
+from search.vector import _exact_search, vector_candidates, vector_literal, vector_plan
 from search.vector_index import agent_vector_index, agent_vector_index_name, vector_indexes_list, vector_indexes_sync
 
 DIMS = 16
@@ -67,7 +67,7 @@ def search(agent, vector, *, filters=None, limit=10):
 
 def exact(agent, vector, *, filters=None, limit=10):
     hits = _exact_search(
-        agent_id=agent.id, dims=DIMS, identity_key=IDENTITY, filters=filters or SearchFilters(), query=_vector_literal(vector),
+        agent_id=agent.id, dims=DIMS, identity_key=IDENTITY, filters=filters or SearchFilters(), query=vector_literal(vector),
         limit=limit,
     )
     return [(hit.chunk_id, hit.distance) for hit in hits]
@@ -121,7 +121,7 @@ def test_hnsw_recall_of_a_full_candidate_pool(big_agent, settings):
 
 
 def test_the_planner_walks_the_agents_own_index(big_agent):
-    query = _vector_literal(random_vector(random.Random(3)))
+    query = vector_literal(random_vector(random.Random(3)))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE indexing_chunk")
         cursor.execute(

@@ -890,14 +890,14 @@ class Command(BaseCommand):
         return timings
 
     def recall(self, agent_id: int, queries, filters=None) -> float:
-        from search.vector import _exact_search, _vector_literal
+        from search.vector import _exact_search, vector_literal
 
         found = 0
         for query in queries:
             approximate = {hit.chunk_id for hit in self.vector_half(agent_id, query, filters)}
             exact = _exact_search(
                 agent_id=agent_id, dims=self.options["dims"], identity_key=self.identity_key,
-                filters=filters or self.no_filters(), query=_vector_literal(query), limit=10,
+                filters=filters or self.no_filters(), query=vector_literal(query), limit=10,
             )
             found += len(approximate & {hit.chunk_id for hit in exact})
         return found / (10 * len(queries))
