@@ -1,5 +1,5 @@
 """Experiment (docs/search.md, "Centred queries, speakers' lines, diversity for every query, chunk overlap:
-not kept"): two ways to reorder the candidates, measured in the ``bench_variants`` harness and not built
+not kept", and the section named below): three ways to reorder the candidates, measured in the ``bench_variants`` harness and not built
 into the service.
 
 Each is a variant setting read only here (0 = off, the service's own search):
@@ -11,9 +11,14 @@ Each is a variant setting read only here (0 = off, the service's own search):
   paint?", "What did the professor think about clustering?") is answered by that speaker's lines. Each of
   the 50 best candidates is scored × (1 - w × (1 - share)), ``share`` the part of its query-word weight
   (IDF) that stands in lines of a named speaker (without words: the part of its lines they speak).
+- ``MEMORYHUB_SEARCH_EXP_FILE_SPREAD=f`` (docs/search.md, "The defaults swept again with keyword
+  expansion, and a file spread for list questions"): each candidate's score × ``f`` to the power of the
+  number of better candidates of its file, so that the answer spreads over files; only for a question
+  asking for a list ("What books has John read?", "Which cities ...": ``list_question``) unless
+  ``MEMORYHUB_SEARCH_EXP_FILE_SPREAD_ALL=1``.
 
-The speaker stage runs before the service's own steps on the fused candidates (``min_score``, the long
-queries' spread, the rerank stage, snippets), by wrapping ``search.services._results``; the centring
+The speaker and file-spread stages run before the service's own steps on the fused candidates
+(``min_score``, the long queries' spread, the rerank stage, snippets), by wrapping ``search.services._results``; the centring
 wraps ``_nearest``:
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/candidate_stages.py \\
@@ -40,6 +45,8 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+LIST_QUESTION = re.compile(r"^\s*(?:what|which)\s+(?:(?:kinds?|types?|sorts?) of\s+)?([a-z]+)\b", re.IGNORECASE)
+NOT_PLURAL = frozenset({"is", "was", "does", "has", "happens"})
 SPEAKER_LINE = re.compile(r"^([A-Z][^:\n]{0,39}):\s")
 WORD = re.compile(r"[a-z0-9]+")
 SPEAKER_TOP = 50
@@ -81,6 +88,23 @@ def speaker_share(lines: list[str], named: set[str], weights: dict[str, float]) 
         return in_named / in_all
     spoken = [speaker for speaker in speakers if speaker]
     return sum(speaker in named for speaker in spoken) / len(spoken) if spoken else 1.0
+
+
+def list_question(query: str) -> bool:
+    """Whether ``query`` asks for a list: "What" or "Which" (with "kind of" and the like) then a plural."""
+    match = LIST_QUESTION.match(query)
+    word = match.group(1).lower() if match else ""
+    return word.endswith("s") and not word.endswith("ss") and word not in NOT_PLURAL
+
+
+def file_spread(candidates: list, *, file_of, factor: float) -> list:
+    """``candidates`` (best first) each scored × ``factor`` ** (better candidates of its file), re-sorted."""
+    seen: dict[int, int] = {}
+    for candidate in candidates:
+        file_id = file_of(candidate)
+        candidate.score *= factor ** seen.get(file_id, 0)
+        seen[file_id] = seen.get(file_id, 0) + 1
+    return sorted(candidates, key=lambda c: -c.score)
 
 
 def centred(vector: list[float], centroid: list[float], alpha: float) -> list[float]:
@@ -141,12 +165,18 @@ def main(argv: list[str]) -> None:
             vectors = [centred(vector, centroid, alpha) for vector in vectors]
         return nearest_before(agent=agent, vectors=vectors, identity=identity, **rest)
 
-    def results(*, agent_id, candidates, keyword, query="", **rest):
+    def results(*, agent_id, candidates, spans, keyword, query="", **rest):
         speaker = getattr(settings, "MEMORYHUB_SEARCH_EXP_SPEAKER", 0.0)
         if speaker and query and candidates:
             candidates = sorted(candidates, key=lambda c: -c.score)
             candidates = _speaker_stage(agent_id=agent_id, query=query, candidates=candidates, keyword=keyword, weight=speaker)
-        return results_before(agent_id=agent_id, candidates=candidates, keyword=keyword, query=query, **rest)
+        spread = float(getattr(settings, "MEMORYHUB_SEARCH_EXP_FILE_SPREAD", 0.0))
+        every = bool(int(getattr(settings, "MEMORYHUB_SEARCH_EXP_FILE_SPREAD_ALL", 0)))
+        if spread and query and candidates and (every or list_question(query)):
+            candidates = file_spread(
+                sorted(candidates, key=lambda c: -c.score), file_of=lambda c: spans[c.chunk_id][0], factor=spread
+            )
+        return results_before(agent_id=agent_id, candidates=candidates, spans=spans, keyword=keyword, query=query, **rest)
 
     services._nearest, services._results = nearest, results
     call_command("bench_variants", *argv)
