@@ -2,7 +2,7 @@
 observations_check.py: LoCoMo-shaped observations as dated notes, stretches of dialogue as queries;
 daily_notes_check.py: the same observations as the lines of daily notes, LoCoMo's questions as queries;
 single_file_check.py: a conversation's sessions joined into one file, its turns' lines moved with them;
-candidate_stages.py: the speaker and centring stages' arithmetic;
+candidate_stages.py: the speaker, centring and file-spread stages' arithmetic;
 line_meaning.py: the lines of a snippet scored by meaning beside their query words;
 common_words.py: a question without the words most of the memory's chunks hold;
 word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query;
@@ -12,7 +12,9 @@ import math
 
 import pytest
 
-from benchmarks.experiments.candidate_stages import centred, named_speakers, speaker_of, speaker_share
+from benchmarks.experiments.candidate_stages import (
+    centred, file_spread, list_question, named_speakers, speaker_of, speaker_share,
+)
 from benchmarks.experiments.common_words import combined, stripped, word_shares
 from benchmarks.experiments.daily_notes_check import daily_notes_load
 from benchmarks.experiments.derived import session_day
@@ -132,6 +134,22 @@ def test_a_centred_query_is_the_query_minus_the_mean_of_unit_length():
     moved = centred([1.0, 0.0], [0.5, 0.5], 1.0)
     assert moved == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)])
     assert centred([0.6, 0.8], [0.1, 0.2], 0.0) == pytest.approx([0.6, 0.8])
+
+
+def test_list_questions_ask_for_a_plural_and_the_file_spread_lowers_a_files_later_candidates():
+    assert list_question("What books has John read?") and list_question("Which cities has John been to?")
+    assert list_question("What kind of flowers does she grow?")
+    assert not list_question("What is Caroline's identity?") and not list_question("What does Melanie do to destress?")
+    assert not list_question("What class did she take?") and not list_question("When did she go camping?")
+
+    class Candidate:
+        def __init__(self, chunk_id, score):
+            self.chunk_id, self.score = chunk_id, score
+
+    files = {1: "a", 2: "a", 3: "b", 4: "a"}
+    spread = file_spread([Candidate(1, 1.0), Candidate(2, 0.9), Candidate(3, 0.8), Candidate(4, 0.7)],
+                         file_of=lambda c: files[c.chunk_id], factor=0.8)
+    assert [(c.chunk_id, round(c.score, 3)) for c in spread] == [(1, 1.0), (3, 0.8), (2, 0.72), (4, 0.448)]
 
 
 def test_a_conversation_in_one_file_keeps_every_turn_on_its_line():
