@@ -23,14 +23,15 @@ Two parts:
   (``MemoryLexeme``, out of ``MemoryWordsState.chunks``), and the words without a vector of the
   configured model embedded. Each embedded word's nearest words are then worked out
   (``MemoryWord.neighbours``, with the lookup a search makes), and worked out again when a word near it
-  is embedded or the model or the expansion's settings change. A provider failure leaves the words
-  without vectors for the next run; the indexing jobs never wait for this. A word stays when the text
-  holding it goes: it then finds nothing. A lexeme's count is added to as chunks are read, so an edited
-  file (its chunks written again) or a deleted one leaves the counts of chunks that are gone; once the
-  chunks counted and the agent's live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT
-  of the live ones (the keyword stats' setting), the agent's lexemes are counted again from its live
-  chunks (``lexemes_recount``). The check runs when the agent's new chunks have been read, so a
-  deletion alone is counted out at the agent's next write.
+  is embedded or dropped, or the model or the expansion's settings change. A provider failure leaves the
+  words without vectors for the next run; the indexing jobs never wait for this. A lexeme's count is
+  added to as chunks are read, so an edited file (its chunks written again) or a deleted one leaves the
+  counts of chunks that are gone, and words whose text is gone; once the chunks counted and the agent's
+  live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT of the live ones (the keyword
+  stats' setting), the agent's lexemes are counted again from its live chunks and the words no live
+  chunk holds are dropped (``lexemes_recount``), which makes room for new ones under the cap. The check
+  runs when the agent's new chunks have been read, so a deletion alone is counted out at the agent's
+  next write.
 - **At search** (search/services.py): the plan reads the question's content words' lexeme counts,
   vectors and worked-out neighbours (``PLAN_JSON_SQL``, in the statement of the search's checks, on the
   request's thread while the keyword half sends its first) and keeps the rare ones (``plan_from_rows``;
@@ -138,6 +139,7 @@ class WordsOutcome:
     chunks_read: int = 0
     words_added: int = 0
     words_embedded: int = 0
+    words_dropped: int = 0  # words whose text is gone, dropped when the agent's lexemes were counted again
     errors: dict[int, str] = field(default_factory=dict)  # agent id → why its words were not embedded
     skipped: str = ""  # another run holds the lock
     finished: bool = True  # False: the time budget ended the run with work left
@@ -197,7 +199,7 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
                 agent_id=agent_id, after=last_chunk_id, words=words, lexemes=lexemes, deadline=deadline, outcome=outcome
             )
             if caught_up and _lexemes_drifted(agent_id):
-                lexemes_recount(agent_id)
+                outcome.words_dropped += len(lexemes_recount(agent_id))
                 outcome.recounted.append(agent_id)
             if identity.has_vectors:
                 _neighbours_key_check(agent_id=agent_id, identity=identity)
@@ -294,29 +296,62 @@ def _lexemes_drifted(agent_id: int) -> bool:
 
 
 # The agent's lexemes counted again from its live chunks at or below the watermark (those above it are
-# counted when they are read), the most frequent MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS kept, and the state's
-# totals set to match: one statement, so the counts and the total are of the same chunks.
+# counted when they are read), the most frequent MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS kept, the words whose
+# text is gone dropped (a word none of whose lexemes a live chunk holds; a word without lexemes, such as
+# one of Postgres's stop words, stays), and the state's totals set to match: one statement, so the counts,
+# the words and the totals are of the same chunks. It returns the words dropped.
 _LEXEMES_RECOUNT_SQL = f"""
 WITH live AS MATERIALIZED (
     SELECT c.search_vector FROM {CHUNK} c
     WHERE c.agent_id = %(agent)s AND c.id <= (SELECT last_chunk_id FROM {WORDS_STATE} WHERE agent_id = %(agent)s)
 ),
-counted AS (
+held AS MATERIALIZED (
     SELECT x AS lexeme, count(*) AS n FROM live CROSS JOIN LATERAL unnest(tsvector_to_array(live.search_vector)) AS x
-    GROUP BY x ORDER BY count(*) DESC, x LIMIT %(cap)s
+    GROUP BY x
 ),
-stored AS (INSERT INTO {LEXEMES} (agent_id, lexeme, chunks) SELECT %(agent)s, lexeme, n FROM counted RETURNING 1)
-UPDATE {WORDS_STATE} SET chunks = (SELECT count(*) FROM live), lexemes = (SELECT count(*) FROM stored)
+stored AS (
+    INSERT INTO {LEXEMES} (agent_id, lexeme, chunks)
+    SELECT %(agent)s, lexeme, n FROM held ORDER BY n DESC, lexeme LIMIT %(cap)s
+    RETURNING 1
+),
+word_lexemes AS MATERIALIZED (
+    SELECT w.id, y.lexeme FROM {WORDS} w
+    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, w.word))) AS y(lexeme)
+    WHERE w.agent_id = %(agent)s
+),
+gone AS (
+    DELETE FROM {WORDS} w
+    WHERE w.agent_id = %(agent)s AND w.id IN (SELECT id FROM word_lexemes)
+      AND w.id NOT IN (SELECT wl.id FROM word_lexemes wl JOIN held h ON h.lexeme = wl.lexeme)
+    RETURNING w.word
+)
+UPDATE {WORDS_STATE}
+SET chunks = (SELECT count(*) FROM live), lexemes = (SELECT count(*) FROM stored),
+    words = words - (SELECT count(*) FROM gone)
 WHERE agent_id = %(agent)s
+RETURNING (SELECT coalesce(array_agg(word ORDER BY word), '{{}}') FROM gone)
 """
 
 
-def lexemes_recount(agent_id: int) -> None:
-    """Count the agent's lexemes again from its live chunks (_LEXEMES_RECOUNT_SQL), in one transaction:
-    a search reads the old counts or the new ones, never a mix. Runs under memory_words_sync's lock."""
+def lexemes_recount(agent_id: int) -> list[str]:
+    """Count the agent's lexemes again from its live chunks and drop the words whose text is gone
+    (_LEXEMES_RECOUNT_SQL), in one transaction: a search reads the old counts and words or the new ones,
+    never a mix. The words whose worked-out neighbours named a word dropped are listed again by the same
+    run (memory_words_sync). Runs under memory_words_sync's lock. Returns the words dropped."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {LEXEMES} WHERE agent_id = %s", [agent_id])
-        cursor.execute(_LEXEMES_RECOUNT_SQL, {"agent": agent_id, "cap": settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS})
+        cursor.execute(
+            _LEXEMES_RECOUNT_SQL,
+            {"agent": agent_id, "cap": settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS, "config": KEYWORD_CONFIG},
+        )
+        row = cursor.fetchone()
+        dropped = list(row[0]) if row else []
+        if dropped:
+            cursor.execute(
+                f"UPDATE {WORDS} SET neighbours = NULL WHERE agent_id = %s AND neighbours && %s::varchar[]",
+                [agent_id, dropped],
+            )
+    return dropped
 
 
 def _words_embed(*, agent_id: int, identity, deadline: float, outcome: WordsOutcome) -> bool:

@@ -48,6 +48,7 @@ def memory_words_task() -> dict:
         "chunks_read": outcome.chunks_read,
         "words_added": outcome.words_added,
         "words_embedded": outcome.words_embedded,
+        "words_dropped": outcome.words_dropped,
         "recounted": outcome.recounted,
         "neighbours_found": outcome.neighbours_found,
         "errors": outcome.errors,

@@ -172,20 +172,59 @@ def test_edits_and_deletions_are_counted_out_once_the_chunk_count_drifts(alice, 
     settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.02
     file_delete(agent=alice.agent, path="memory/garden.md")
     assert memory_words_sync().agents == 0 and counts()["tomato"] == 1
-    # ... until the agent's next write: then both the edit and the deletion are counted out.
+    # ... until the agent's next write: then both the edit and the deletion are counted out, and the words
+    # only the deleted note held are dropped ("garden" stays: the new note holds it).
+    def words():
+        return set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+
+    assert {"tomatoes", "roses", "pruned", "garden"} <= words()
     index_files(alice, {"memory/hose.md": "# Hose\n\nThe new garden hose was cheap.\n"})
+    before = words()
     outcome = memory_words_sync()
     assert (outcome.chunks_read, outcome.recounted) == (1, [alice.agent.pk])
     assert counts() == live() and "tomato" not in counts() and counts()["spend"] == 1
+    assert not {"tomatoes", "roses", "pruned"} & words() and {"garden", "hose", "cheap", "approved"} <= words()
+    assert outcome.words_dropped == len((before | {"hose", "cheap"}) - words()) > 0
     state = MemoryWordsState.objects.get(agent=alice.agent)
-    assert (state.chunks, state.lexemes) == (2, len(live()))
-    # A recount keeps the most frequent lexemes within the cap, and the words read stay as they were.
+    assert (state.chunks, state.lexemes, state.words) == (2, len(live()), len(words()))
+    # A recount keeps the most frequent lexemes within the cap; of the words, those of the edit's old text go.
     settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = 3
-    words = set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+    before = words()
     index_files(alice, {"memory/office.md": OFFICE})
     assert memory_words_sync().recounted == [alice.agent.pk]
     assert len(counts()) == 3 and MemoryWordsState.objects.get(agent=alice.agent).lexemes == 3
-    assert set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True)) == words
+    assert words() == before - {"approved", "monday"}
+
+
+def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes_room(alice, index_files, settings):
+    from indexing.writes import file_delete
+
+    settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
+    index_files(alice, {"memory/office.md": OFFICE, "memory/hose.md": HOSE, "memory/garden.md": GARDEN})
+    memory_words_sync()
+    assert MemoryWord.objects.get(agent=alice.agent, word="spend").neighbours == ["costs"]
+    assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
+    # The hose note goes (and a write brings the recount): "costs" is dropped, and "spend", whose list
+    # named it, is worked out again in the same run, without it.
+    file_delete(agent=alice.agent, path="memory/hose.md")
+    index_files(alice, {"memory/note.md": "# Note\n\nNothing else.\n"})
+    outcome = memory_words_sync()
+    assert outcome.recounted == [alice.agent.pk] and outcome.words_dropped >= 1
+    assert not MemoryWord.objects.filter(agent=alice.agent, word="costs").exists()
+    assert MemoryWord.objects.get(agent=alice.agent, word="spend").neighbours == []
+    assert all("expansion" not in e for e in explained(alice, "the spend")[0].values())
+    # The words dropped make room under the cap for the words of the writes after them (the words of the
+    # chunks read in the same run as the drop were read before it: past the cap, they stay out).
+    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = MemoryWord.objects.filter(agent=alice.agent).count()
+    file_delete(agent=alice.agent, path="memory/garden.md")
+    index_files(alice, {"memory/fence.md": "# Fence\n\nThe fence is green.\n"})
+    assert memory_words_sync().words_added == 0
+    assert not MemoryWord.objects.filter(agent=alice.agent, word="fence").exists()
+    index_files(alice, {"memory/gate.md": "# Gate\n\nThe gate is blue.\n"})
+    assert memory_words_sync().words_added == 2
+    assert {"gate", "blue"} <= set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+    state = MemoryWordsState.objects.get(agent=alice.agent)
+    assert state.words == MemoryWord.objects.filter(agent=alice.agent).count() <= settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
 
 
 def test_an_agent_never_expands_with_another_agents_words(alice, bob, index_files):
