@@ -230,6 +230,21 @@ ON CONFLICT (agent_id, lexeme) DO NOTHING
 """
 
 
+# One read's new words stored, alphabetically while the agent has room: those one of whose lexemes (the
+# keyword index's) the read's chunks hold. A word the keyword index reads otherwise ("smart" of "SmartKom",
+# one lexeme "smartkom"; a Postgres stop word, no lexeme) would search for nothing as a neighbour.
+_WORDS_STORE_SQL = f"""
+INSERT INTO {WORDS} (agent_id, word, embedding_identity)
+SELECT %(agent)s, w, '' FROM (
+    SELECT DISTINCT q.w FROM unnest(%(words)s::text[]) AS q(w)
+    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS y(lexeme)
+    JOIN unnest(%(held)s::text[]) AS h(lexeme) ON h.lexeme = y.lexeme
+) found
+ORDER BY w LIMIT %(room)s
+ON CONFLICT (agent_id, word) DO NOTHING
+"""
+
+
 def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline: float, outcome: WordsOutcome) -> bool:
     """Read the agent's chunks above ``after`` (chunk id), CHUNKS_PER_READ at a time, each read committed
     with the new watermark: their new words are stored, and the chunks holding each of their lexemes (the
@@ -250,16 +265,14 @@ def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline
             found: set[str] = set()
             for _, text, _ in rows:
                 found |= text_words(text)
-            if found and words < cap:
+            held = Counter(lexeme for _, _, chunk_lexemes in rows for lexeme in chunk_lexemes or ())
+            if found and held and words < cap:
                 cursor.execute(
-                    f"INSERT INTO {WORDS} (agent_id, word, embedding_identity) "
-                    f"SELECT %s, w, '' FROM unnest(%s::text[]) AS w ORDER BY w LIMIT %s "
-                    "ON CONFLICT (agent_id, word) DO NOTHING",
-                    [agent_id, sorted(found), cap - words],
+                    _WORDS_STORE_SQL, {"agent": agent_id, "words": sorted(found), "config": KEYWORD_CONFIG,
+                                       "held": sorted(held), "room": cap - words},
                 )
                 words += cursor.rowcount
                 outcome.words_added += cursor.rowcount
-            held = Counter(lexeme for _, _, chunk_lexemes in rows for lexeme in chunk_lexemes or ())
             if held:
                 counted = sorted(held)
                 cursor.execute(
@@ -297,9 +310,9 @@ def _lexemes_drifted(agent_id: int) -> bool:
 
 # The agent's lexemes counted again from its live chunks at or below the watermark (those above it are
 # counted when they are read), the most frequent MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS kept, the words whose
-# text is gone dropped (a word none of whose lexemes a live chunk holds; a word without lexemes, such as
-# one of Postgres's stop words, stays), and the state's totals set to match: one statement, so the counts,
-# the words and the totals are of the same chunks. It returns the words dropped.
+# text is gone dropped (none of their lexemes in a live chunk: as _WORDS_STORE_SQL stores them), and the
+# state's totals set to match: one statement, so the counts, the words and the totals are of the same
+# chunks. It returns the words dropped.
 _LEXEMES_RECOUNT_SQL = f"""
 WITH live AS MATERIALIZED (
     SELECT c.search_vector FROM {CHUNK} c
@@ -314,17 +327,13 @@ stored AS (
     SELECT %(agent)s, lexeme, n FROM held ORDER BY n DESC, lexeme LIMIT %(cap)s
     RETURNING 1
 ),
-word_lexemes AS MATERIALIZED (
-    SELECT w.id, y.lexeme FROM {WORDS} w
+kept AS (
+    SELECT DISTINCT w.id FROM {WORDS} w
     CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, w.word))) AS y(lexeme)
+    JOIN held h ON h.lexeme = y.lexeme
     WHERE w.agent_id = %(agent)s
 ),
-gone AS (
-    DELETE FROM {WORDS} w
-    WHERE w.agent_id = %(agent)s AND w.id IN (SELECT id FROM word_lexemes)
-      AND w.id NOT IN (SELECT wl.id FROM word_lexemes wl JOIN held h ON h.lexeme = wl.lexeme)
-    RETURNING w.word
-)
+gone AS (DELETE FROM {WORDS} w WHERE w.agent_id = %(agent)s AND w.id NOT IN (SELECT id FROM kept) RETURNING w.word)
 UPDATE {WORDS_STATE}
 SET chunks = (SELECT count(*) FROM live), lexemes = (SELECT count(*) FROM stored),
     words = words - (SELECT count(*) FROM gone)

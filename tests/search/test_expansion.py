@@ -227,6 +227,16 @@ def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes
     assert state.words == MemoryWord.objects.filter(agent=alice.agent).count() <= settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
 
 
+def test_a_word_is_stored_only_when_the_keyword_index_holds_one_of_its_lexemes(alice, index_files):
+    # "SmartKom" is one lexeme to the keyword index ("smartkom"): its parts would search for nothing; so
+    # would "again" and "further", Postgres's stop words (no lexeme) that the expansion's own list lacks.
+    index_files(alice, {"memory/a.md": "# Notes\n\nThe SmartKom demo ran again, further tests tomorrow.\n"})
+    memory_words_sync()
+    words = set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+    assert {"notes", "demo", "ran", "tests", "tomorrow"} <= words
+    assert not {"smart", "kom", "again", "further"} & words
+
+
 def test_an_agent_never_expands_with_another_agents_words(alice, bob, index_files):
     index_files(alice, {"memory/garden.md": GARDEN})
     index_files(bob, {"memory/office.md": OFFICE})
