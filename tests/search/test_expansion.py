@@ -208,8 +208,10 @@ def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes
     # named it, is worked out again in the same run, without it.
     file_delete(agent=alice.agent, path="memory/hose.md")
     index_files(alice, {"memory/note.md": "# Note\n\nNothing else.\n"})
+    MemoryWordsState.objects.filter(agent=alice.agent).update(words=0)  # a count gone wrong is set right, not below 0
     outcome = memory_words_sync()
     assert outcome.recounted == [alice.agent.pk] and outcome.words_dropped >= 1
+    assert MemoryWordsState.objects.get(agent=alice.agent).words == MemoryWord.objects.filter(agent=alice.agent).count()
     assert not MemoryWord.objects.filter(agent=alice.agent, word="costs").exists()
     assert MemoryWord.objects.get(agent=alice.agent, word="spend").neighbours == []
     assert all("expansion" not in e for e in explained(alice, "the spend")[0].values())
