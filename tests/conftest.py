@@ -138,6 +138,20 @@ def own_rate_limits(monkeypatch):
     monkeypatch.setattr(throttles, "_limited", {})
 
 
+@pytest.fixture(autouse=True)
+def _own_query_breaker(monkeypatch):
+    """The query embedding's circuit breaker of this test alone (search/query_breaker.py): its own Redis keys
+    and in-process state. Its state is shared through Redis by every process, for the fake provider's
+    identity too: a test whose provider fails three times opened it for the tests after it, in this run and
+    (for the cool-down) in the next, and they answered by keywords alone."""
+    import uuid
+
+    from search import query_breaker
+
+    monkeypatch.setattr(query_breaker, "KEY_PREFIX", f"memoryhub:test-breaker:{uuid.uuid4().hex}")
+    monkeypatch.setattr(query_breaker.QueryBreaker, "_local", query_breaker._LocalStore())
+
+
 @pytest.fixture
 def lock_table():
     """lock_table(name): another connection takes an ACCESS EXCLUSIVE lock on the table, so any query

@@ -11,7 +11,8 @@ import redis
 from indexing.embeddings import FakeProvider, ProviderTransientError, get_provider
 from indexing.models import Chunk, MemoryFile
 from indexing.services import file_index
-from search.query_breaker import KEY_PREFIX, QueryBreaker
+from search import query_breaker
+from search.query_breaker import QueryBreaker
 from search.services import memory_search
 from tests.indexing.native_embedding_servers import API_KEY, NativeEmbeddingServer
 from tests.search.conftest import NOTES, index_files  # noqa: F401 (fixture)
@@ -37,7 +38,8 @@ def gemini(settings):
     yield server
     server.stop()
     name = f"gemini:{model}:8"
-    redis.Redis.from_url(settings.REDIS_URL).delete(*(f"{KEY_PREFIX}:{name}:{k}" for k in ("failures", "open", "probe")))
+    keys = (f"{query_breaker.KEY_PREFIX}:{name}:{k}" for k in ("failures", "open", "probe"))
+    redis.Redis.from_url(settings.REDIS_URL).delete(*keys)
     QueryBreaker._local.success(name)
 
 

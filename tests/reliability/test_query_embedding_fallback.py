@@ -13,7 +13,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from search.query_breaker import KEY_PREFIX, QueryBreaker
+from search import query_breaker
+from search.query_breaker import QueryBreaker
 from search.services import memory_search
 from tests.reliability.flaky_embeddings import FlakyEmbeddings, use_flaky_provider
 from tests.search.conftest import NOTES, index_files  # noqa: F401 (fixture)
@@ -34,14 +35,15 @@ def provider(settings):
         model = use_flaky_provider(settings, server)
         server.name = f"openai:{model}:{server.dimensions}"
         yield server
-    redis.Redis.from_url(redis_url).delete(*(f"{KEY_PREFIX}:{server.name}:{k}" for k in ("failures", "open", "probe")))
+    keys = (f"{query_breaker.KEY_PREFIX}:{server.name}:{k}" for k in ("failures", "open", "probe"))
+    redis.Redis.from_url(redis_url).delete(*keys)
     QueryBreaker._local.success(server.name)
 
 
 def _end_cool_down(provider) -> None:
     """The breaker is open in Redis for the cool-down (a key that expires with it); end it now instead of
     sleeping, so that "still cooling down" holds however slowly the searches before it ran."""
-    client, opened = redis.Redis.from_url(settings.REDIS_URL), f"{KEY_PREFIX}:{provider.name}:open"
+    client, opened = redis.Redis.from_url(settings.REDIS_URL), f"{query_breaker.KEY_PREFIX}:{provider.name}:open"
     assert 50_000 < client.pttl(opened) <= 60_000  # set with the configured cool-down
     client.delete(opened)
 
@@ -112,7 +114,7 @@ def test_the_breaker_state_is_shared_through_redis(alice_with_vectors, provider,
     QueryBreaker._redis.clear()
     response = memory_search(agent=alice_with_vectors.agent, query=QUERY)
     assert "paused" in response.message and provider.requests == 2
-    assert redis.Redis.from_url(settings.REDIS_URL).exists(f"{KEY_PREFIX}:{provider.name}:open")
+    assert redis.Redis.from_url(settings.REDIS_URL).exists(f"{query_breaker.KEY_PREFIX}:{provider.name}:open")
 
 
 def test_without_redis_each_process_keeps_its_own_breaker(alice_with_vectors, provider, settings):
