@@ -477,6 +477,10 @@ def files_remove(*, agent_id: int, file_ids: list[int]) -> int:
         return 0
     chunks_removed, _ = Chunk.objects.filter(agent_id=agent_id, file_id__in=file_ids).delete()
     MemoryFile.objects.filter(agent_id=agent_id, id__in=file_ids).delete()
+    if chunks_removed:  # keyword expansion's words of this text go too (search's table, as selectors.py reads it)
+        from search.expansion import words_text_removed
+
+        words_text_removed(agent_ids=[agent_id])
     return chunks_removed
 
 

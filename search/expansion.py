@@ -30,8 +30,8 @@ Two parts:
   live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT of the live ones (the keyword
   stats' setting), the agent's lexemes are counted again from its live chunks and the words no live
   chunk holds are dropped (``lexemes_recount``), which makes room for new ones under the cap. The check
-  runs when the agent's new chunks have been read, so a deletion alone is counted out at the agent's
-  next write.
+  runs when the agent's new chunks have been read; a deleted file (``words_text_removed``, noted by the
+  indexing) brings the recount at the next run whatever the drift.
 - **At search** (search/services.py): the plan reads the question's content words' lexeme counts,
   vectors and worked-out neighbours (``PLAN_JSON_SQL``, in the statement of the search's checks, on the
   request's thread while the keyword half sends its first) and keeps the rare ones (``plan_from_rows``;
@@ -150,16 +150,16 @@ class WordsOutcome:
 
 
 # Live agents (of ``only``, when it is not null) whose chunks were written since their words were last
-# read, or, with a model (``key``: neighbours_key()), whose words were embedded and worked out with another
+# read, or whose text was removed since (``text_removed``), or, with a model (``key``: neighbours_key()), whose words were embedded and worked out with another
 # model or settings, or have words without their neighbours (new, not embedded yet, or dropped: a word's
 # vector and its list come together). max(id) per agent is one probe of its partition's primary key, and
 # the words without neighbours are found by the partial index memory_word_unlisted_idx: the words of an
 # agent whose work is done are not read.
 _AGENTS_WITH_WORK_SQL = f"""
-SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0), coalesce(s.lexemes, 0)
+SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0), coalesce(s.lexemes, 0), coalesce(s.text_removed, false)
 FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
 WHERE a.deletion_requested_at IS NULL AND (%(only)s::bigint[] IS NULL OR a.id = ANY(%(only)s::bigint[]))
-  AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0)
+  AND ((SELECT max(c.id) FROM {CHUNK} c WHERE c.agent_id = a.id) > coalesce(s.last_chunk_id, 0) OR s.text_removed
        OR (%(key)s <> '' AND (s.neighbours_key <> %(key)s
                               OR EXISTS (SELECT 1 FROM {WORDS} w WHERE w.agent_id = a.id AND w.neighbours IS NULL))))
 ORDER BY a.id
@@ -190,7 +190,7 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
             )
             agents = cursor.fetchall()
         embedded = []  # agents whose words all have their vector
-        for agent_id, last_chunk_id, words, lexemes in agents:
+        for agent_id, last_chunk_id, words, lexemes, text_removed in agents:
             if time.monotonic() >= deadline:
                 outcome.finished = False
                 break
@@ -198,7 +198,7 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
             caught_up = _words_read(
                 agent_id=agent_id, after=last_chunk_id, words=words, lexemes=lexemes, deadline=deadline, outcome=outcome
             )
-            if caught_up and _lexemes_drifted(agent_id):
+            if caught_up and (text_removed or _lexemes_drifted(agent_id)):
                 outcome.words_dropped += len(lexemes_recount(agent_id))
                 outcome.recounted.append(agent_id)
             if identity.has_vectors:
@@ -345,12 +345,27 @@ RETURNING (SELECT coalesce(array_agg(word ORDER BY word), '{{}}') FROM gone)
 """
 
 
+def words_text_removed(*, agent_ids) -> None:
+    """Note that files of these agents were deleted (indexing/writes.py, ``files_remove``): the next run of
+    the ``memory_words`` task counts their lexemes again and drops the words no chunk holds any more,
+    whatever the drift. (An edit is left to the drift: an append rewrites a file's last chunk and removes
+    no word, and a recount at each one would be wasted.) Noted once the caller's transaction has committed (at once outside one),
+    so the indexing never waits for this task's row of the agent; lost if the process dies in between,
+    the words then go at the next recount the drift brings, as before."""
+    ids = list(agent_ids)
+    transaction.on_commit(
+        lambda: MemoryWordsState.objects.filter(agent_id__in=ids, text_removed=False).update(text_removed=True)
+    )
+
+
 def lexemes_recount(agent_id: int) -> list[str]:
     """Count the agent's lexemes again from its live chunks and drop the words whose text is gone
     (_LEXEMES_RECOUNT_SQL), in one transaction: a search reads the old counts and words or the new ones,
     never a mix. The words whose worked-out neighbours named a word dropped are listed again by the same
     run (memory_words_sync). Runs under memory_words_sync's lock. Returns the words dropped."""
     with transaction.atomic(), connection.cursor() as cursor:
+        # Cleared before the chunks are read: text removed while this runs sets it again, for the next run.
+        cursor.execute(f"UPDATE {WORDS_STATE} SET text_removed = false WHERE agent_id = %s AND text_removed", [agent_id])
         cursor.execute(f"DELETE FROM {LEXEMES} WHERE agent_id = %s", [agent_id])
         cursor.execute(
             _LEXEMES_RECOUNT_SQL,

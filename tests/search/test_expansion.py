@@ -146,7 +146,9 @@ def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_fir
     assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget") is None
 
 
-def test_edits_and_deletions_are_counted_out_once_the_chunk_count_drifts(alice, index_files, settings):
+def test_a_deletion_is_counted_out_at_the_next_run_and_an_edit_once_the_counts_drift(
+    alice, index_files, settings, django_capture_on_commit_callbacks
+):
     from indexing.writes import file_delete
 
     def counts():
@@ -160,43 +162,63 @@ def test_edits_and_deletions_are_counted_out_once_the_chunk_count_drifts(alice, 
                 found[lexeme] = found.get(lexeme, 0) + 1
         return found
 
-    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
-    memory_words_sync()
-    assert counts() == live()
-    # Within the drift allowed, an edit adds its new chunk and keeps the old one's counts.
-    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.5
-    index_files(alice, {"memory/office.md": OFFICE + "\nThe spend was approved on Monday.\n"})
-    assert memory_words_sync().recounted == []
-    assert counts()["spend"] == 2 and MemoryWordsState.objects.get(agent=alice.agent).chunks == 3
-    # A deletion alone is not seen (no chunk to read) ...
-    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.02
-    file_delete(agent=alice.agent, path="memory/garden.md")
-    assert memory_words_sync().agents == 0 and counts()["tomato"] == 1
-    # ... until the agent's next write: then both the edit and the deletion are counted out, and the words
-    # only the deleted note held are dropped ("garden" stays: the new note holds it).
     def words():
         return set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
 
-    assert {"tomatoes", "roses", "pruned", "garden"} <= words()
+    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.9  # no drift this large here: the removals alone count
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    memory_words_sync()
+    assert counts() == live()
+    # A new note removes nothing: its chunk is read and counted, nothing counted again.
     index_files(alice, {"memory/hose.md": "# Hose\n\nThe new garden hose was cheap.\n"})
-    before = words()
     outcome = memory_words_sync()
-    assert (outcome.chunks_read, outcome.recounted) == (1, [alice.agent.pk])
-    assert counts() == live() and "tomato" not in counts() and counts()["spend"] == 1
-    assert not {"tomatoes", "roses", "pruned"} & words() and {"garden", "hose", "cheap", "approved"} <= words()
-    assert outcome.words_dropped == len((before | {"hose", "cheap"}) - words()) > 0
-    state = MemoryWordsState.objects.get(agent=alice.agent)
-    assert (state.chunks, state.lexemes, state.words) == (2, len(live()), len(words()))
-    # A recount keeps the most frequent lexemes within the cap; of the words, those of the edit's old text go.
-    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = 3
+    assert (outcome.chunks_read, outcome.recounted) == (1, [])
+    # A deletion alone, with no chunk to read, is counted out at the next run, and the words only the deleted
+    # note held are dropped ("garden" stays: the hose note holds it).
+    assert {"tomatoes", "roses", "pruned", "garden"} <= words()
     before = words()
+    with django_capture_on_commit_callbacks(execute=True):
+        file_delete(agent=alice.agent, path="memory/garden.md")
+    assert MemoryWordsState.objects.get(agent=alice.agent).text_removed
+    outcome = memory_words_sync()
+    assert (outcome.agents, outcome.chunks_read, outcome.recounted) == (1, 0, [alice.agent.pk])
+    assert counts() == live() and "tomato" not in counts()
+    assert not {"tomatoes", "roses", "pruned"} & words() and {"garden", "hose", "cheap"} <= words()
+    assert outcome.words_dropped == len(before - words()) > 0
+    state = MemoryWordsState.objects.get(agent=alice.agent)
+    assert (state.chunks, state.lexemes, state.words, state.text_removed) == (2, len(live()), len(words()), False)
+    assert memory_words_sync().agents == 0  # done: the next run has nothing to do
+    # A sync that deletes the files it does not list notes it the same way.
+    from indexing.writes import SyncEntry, workspace_sync
+
+    index_files(alice, {"memory/spare.md": "# Spare\n\nThe ladder is in the shed.\n"})
+    memory_words_sync()
+    assert "ladder" in words()
+    listed = [SyncEntry(path=path, content=content) for path, content in alice.agent.files.values_list("path", "content")
+              if path != "memory/spare.md"]
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace_sync(agent=alice.agent, entries=listed, delete_missing=True)
+    assert memory_words_sync().recounted == [alice.agent.pk] and "ladder" not in words()
+    # An edit is counted out once the chunks counted drift from the live ones (an append rewrites a file's
+    # last chunk and removes no word: a recount at each one would be wasted), and the words of its old text
+    # go then.
+    index_files(alice, {"memory/office.md": OFFICE + "\nThe spend was approved on Monday.\n"})
+    assert memory_words_sync().recounted == [] and {"approved", "monday"} <= words()
+    assert counts()["spend"] == 2  # the old chunk's count and the new one's
     index_files(alice, {"memory/office.md": OFFICE})
+    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.02
+    assert memory_words_sync().recounted == [alice.agent.pk]
+    assert counts() == live() and counts()["spend"] == 1 and not {"approved", "monday"} & words()
+    # A recount keeps the most frequent lexemes within the cap.
+    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = 3
+    index_files(alice, {"memory/office.md": OFFICE + "\nChairs first.\n"})
     assert memory_words_sync().recounted == [alice.agent.pk]
     assert len(counts()) == 3 and MemoryWordsState.objects.get(agent=alice.agent).lexemes == 3
-    assert words() == before - {"approved", "monday"}
 
 
-def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes_room(alice, index_files, settings):
+def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes_room(
+    alice, index_files, settings, django_capture_on_commit_callbacks
+):
     from indexing.writes import file_delete
 
     settings.MEMORYHUB_SEARCH_EXPANSION_MIN_IDF = 0.5
@@ -204,10 +226,10 @@ def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes
     memory_words_sync()
     assert MemoryWord.objects.get(agent=alice.agent, word="spend").neighbours == ["costs"]
     assert explained(alice, "the spend")[0]["memory/hose.md"]["expansion"] == {"spend": ["costs"]}
-    # The hose note goes (and a write brings the recount): "costs" is dropped, and "spend", whose list
-    # named it, is worked out again in the same run, without it.
-    file_delete(agent=alice.agent, path="memory/hose.md")
-    index_files(alice, {"memory/note.md": "# Note\n\nNothing else.\n"})
+    # The hose note goes: "costs" is dropped at the next run, and "spend", whose list named it, is worked out
+    # again in the same run, without it.
+    with django_capture_on_commit_callbacks(execute=True):
+        file_delete(agent=alice.agent, path="memory/hose.md")
     MemoryWordsState.objects.filter(agent=alice.agent).update(words=0)  # a count gone wrong is set right, not below 0
     outcome = memory_words_sync()
     assert outcome.recounted == [alice.agent.pk] and outcome.words_dropped >= 1
@@ -218,7 +240,8 @@ def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes
     # The words dropped make room under the cap for the words of the writes after them (the words of the
     # chunks read in the same run as the drop were read before it: past the cap, they stay out).
     settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = MemoryWord.objects.filter(agent=alice.agent).count()
-    file_delete(agent=alice.agent, path="memory/garden.md")
+    with django_capture_on_commit_callbacks(execute=True):
+        file_delete(agent=alice.agent, path="memory/garden.md")
     index_files(alice, {"memory/fence.md": "# Fence\n\nThe fence is green.\n"})
     assert memory_words_sync().words_added == 0
     assert not MemoryWord.objects.filter(agent=alice.agent, word="fence").exists()
