@@ -25,13 +25,15 @@ wraps ``_nearest``:
         --reuse s34 --part all \\
         --variant 'center0.5:MEMORYHUB_SEARCH_EXP_CENTER=0.5' --variant 'speaker0.4:MEMORYHUB_SEARCH_EXP_SPEAKER=0.4'
 
-Arguments after the script name are bench_variants' own. The other rows of the same section need no
+Arguments after the script name are bench_variants' own; ``--list-recall DIR/default.jsonl`` instead counts
+the list questions among LoCoMo's multi-hop ones in a ``--details`` file and gives the recall of each kind. The other rows of the same section need no
 script: diversity for every query is the service's ``MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES=1``, and
 the chunk-overlap rows are ``bench_variants`` runs with ``MEMORYHUB_CHUNK_TOKENS`` /
 ``MEMORYHUB_CHUNK_OVERLAP`` set for the whole command and a tag of their own (the index is built with
 them).
 """
 
+import json
 import math
 import os
 import re
@@ -150,8 +152,26 @@ def _speaker_stage(*, agent_id: int, query: str, candidates: list, keyword, weig
     return sorted(top, key=lambda c: -c.score) + candidates[SPEAKER_TOP:]
 
 
+def list_questions_recall(details: str) -> str:
+    """LoCoMo's multi-hop questions (category 1) of a ``bench_variants --details`` file: how many ask for a
+    list, and the mean evidence recall of those and of the others."""
+    recalls: dict[bool, list[float]] = {True: [], False: []}
+    with open(details) as lines:
+        for line in lines:
+            row = json.loads(line)
+            if row["set"] == "locomo" and row["category"] == 1:
+                recalls[list_question(row["question"])].append(row["score"]["recall"])
+    return " | ".join(
+        f"{'list' if asks else 'other'} questions {len(r)}, recall {sum(r) / len(r):.3f}" for asks, r in recalls.items() if r
+    )
+
+
 def main(argv: list[str]) -> None:
     from django.core.management import call_command
+
+    if argv[:1] == ["--list-recall"]:
+        print(list_questions_recall(argv[1]))
+        return
 
     import search.services as services
 

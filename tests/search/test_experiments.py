@@ -13,7 +13,7 @@ import math
 import pytest
 
 from benchmarks.experiments.candidate_stages import (
-    centred, file_spread, list_question, named_speakers, speaker_of, speaker_share,
+    centred, file_spread, list_question, list_questions_recall, named_speakers, speaker_of, speaker_share,
 )
 from benchmarks.experiments.common_words import combined, stripped, word_shares
 from benchmarks.experiments.daily_notes_check import daily_notes_load
@@ -150,6 +150,21 @@ def test_list_questions_ask_for_a_plural_and_the_file_spread_lowers_a_files_late
     spread = file_spread([Candidate(1, 1.0), Candidate(2, 0.9), Candidate(3, 0.8), Candidate(4, 0.7)],
                          file_of=lambda c: files[c.chunk_id], factor=0.8)
     assert [(c.chunk_id, round(c.score, 3)) for c in spread] == [(1, 1.0), (3, 0.8), (2, 0.72), (4, 0.448)]
+
+
+def test_the_list_questions_recall_reads_locomos_multi_hop_questions_of_a_details_file(tmp_path):
+    import json
+
+    rows = [
+        ("locomo", 1, "What books has John read?", 0.5), ("locomo", 1, "Which cities has John been to?", 1.0),
+        ("locomo", 1, "What does Melanie do to destress?", 0.25), ("locomo", 4, "What books did Ann lend?", 0.0),
+        ("meetings", 1, "What topics were raised?", 0.0),
+    ]
+    details = tmp_path / "default.jsonl"
+    details.write_text("".join(
+        json.dumps({"set": s, "category": c, "question": q, "score": {"recall": r}}) + "\n" for s, c, q, r in rows
+    ))
+    assert list_questions_recall(str(details)) == "list questions 2, recall 0.750 | other questions 1, recall 0.250"
 
 
 def test_a_conversation_in_one_file_keeps_every_turn_on_its_line():
