@@ -25,9 +25,10 @@ wraps ``_nearest``:
         --reuse s34 --part all \\
         --variant 'center0.5:MEMORYHUB_SEARCH_EXP_CENTER=0.5' --variant 'speaker0.4:MEMORYHUB_SEARCH_EXP_SPEAKER=0.4'
 
-Arguments after the script name are bench_variants' own; ``--list-recall DIR/default.jsonl`` instead counts
-the list questions among LoCoMo's multi-hop ones in a ``--details`` file and gives the recall of each kind. The other rows of the same section need no
-script: diversity for every query is the service's ``MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES=1``, and
+Arguments after the script name are bench_variants' own; ``--list-recall DIR/default.jsonl`` instead
+counts the list questions among LoCoMo's multi-hop ones in a ``--details`` file and gives the recall of
+each kind. The other rows of the same section need no script: diversity for every query is the service's
+``MEMORYHUB_SEARCH_DIVERSITY_MIN_LEXEMES=1``, and
 the chunk-overlap rows are ``bench_variants`` runs with ``MEMORYHUB_CHUNK_TOKENS`` /
 ``MEMORYHUB_CHUNK_OVERLAP`` set for the whole command and a tag of their own (the index is built with
 them).
@@ -162,7 +163,8 @@ def list_questions_recall(details: str) -> str:
             if row["set"] == "locomo" and row["category"] == 1:
                 recalls[list_question(row["question"])].append(row["score"]["recall"])
     return " | ".join(
-        f"{'list' if asks else 'other'} questions {len(r)}, recall {sum(r) / len(r):.3f}" for asks, r in recalls.items() if r
+        f"{'list' if asks else 'other'} questions {len(found)}, recall {sum(found) / len(found):.3f}"
+        for asks, found in recalls.items() if found
     )
 
 
