@@ -230,6 +230,12 @@ ON CONFLICT (agent_id, lexeme) DO NOTHING
 """
 
 
+def _word_lexemes(word: str) -> str:
+    """SQL: the rows of a word's lexemes as the keyword index reads the word (``word``: a column), for the
+    rule by which words are stored and dropped, and for the plan."""
+    return f"unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, {word})))"
+
+
 # One read's new words stored, alphabetically while the agent has room: those one of whose lexemes (the
 # keyword index's) the read's chunks hold. A word the keyword index reads otherwise ("smart" of "SmartKom",
 # one lexeme "smartkom"; a Postgres stop word, no lexeme) would search for nothing as a neighbour.
@@ -237,7 +243,7 @@ _WORDS_STORE_SQL = f"""
 INSERT INTO {WORDS} (agent_id, word, embedding_identity)
 SELECT %(agent)s, w, '' FROM (
     SELECT DISTINCT q.w FROM unnest(%(words)s::text[]) AS q(w)
-    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS y(lexeme)
+    CROSS JOIN LATERAL {_word_lexemes('q.w')} AS y(lexeme)
     JOIN unnest(%(held)s::text[]) AS h(lexeme) ON h.lexeme = y.lexeme
 ) found
 ORDER BY w LIMIT %(room)s
@@ -332,7 +338,7 @@ stored AS (
 ),
 word_lexemes AS MATERIALIZED (
     SELECT w.id, y.lexeme FROM {WORDS} w
-    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, w.word))) AS y(lexeme)
+    CROSS JOIN LATERAL {_word_lexemes('w.word')} AS y(lexeme)
     WHERE w.agent_id = %(agent)s
 ),
 kept AS (SELECT DISTINCT wl.id FROM word_lexemes wl JOIN held h ON h.lexeme = wl.lexeme),
@@ -657,11 +663,11 @@ SELECT q.i, q.w, x.lexeme, s.chunks AS counted, l.chunks AS holding, m.id IS NOT
        CASE WHEN s.neighbours_key = %(key)s THEN m.neighbours END AS neighbours,
        CASE WHEN s.neighbours_key = %(key)s THEN array(
            SELECT y.lexeme FROM unnest(m.neighbours) WITH ORDINALITY AS n(w, k)
-           CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, n.w))) AS y(lexeme)
+           CROSS JOIN LATERAL {_word_lexemes('n.w')} AS y(lexeme)
            ORDER BY n.k, y.lexeme
        ) END AS neighbour_lexemes
 FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(w, i)
-CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(config)s::regconfig, q.w))) AS x(lexeme)
+CROSS JOIN LATERAL {_word_lexemes('q.w')} AS x(lexeme)
 JOIN {WORDS_STATE} s ON s.agent_id = %(agent)s
 LEFT JOIN {LEXEMES} l ON l.agent_id = %(agent)s AND l.lexeme = x.lexeme
 LEFT JOIN {WORDS} m ON m.agent_id = %(agent)s AND m.word = q.w AND m.embedding_identity = %(identity)s
