@@ -150,11 +150,11 @@ class WordsOutcome:
 
 
 # Live agents (of ``only``, when it is not null) whose chunks were written since their words were last
-# read, or whose text was removed since (``text_removed``), or, with a model (``key``: neighbours_key()), whose words were embedded and worked out with another
-# model or settings, or have words without their neighbours (new, not embedded yet, or dropped: a word's
-# vector and its list come together). max(id) per agent is one probe of its partition's primary key, and
-# the words without neighbours are found by the partial index memory_word_unlisted_idx: the words of an
-# agent whose work is done are not read.
+# read, or whose text was removed since (``text_removed``), or, with a model (``key``: neighbours_key()),
+# whose words were embedded and worked out with another model or settings, or have words without their
+# neighbours (new, not embedded yet, or dropped: a word's vector and its list come together). max(id) per
+# agent is one probe of its partition's primary key, and the words without neighbours are found by the
+# partial index memory_word_unlisted_idx: the words of an agent whose work is done are not read.
 _AGENTS_WITH_WORK_SQL = f"""
 SELECT a.id, coalesce(s.last_chunk_id, 0), coalesce(s.words, 0), coalesce(s.lexemes, 0), coalesce(s.text_removed, false)
 FROM {AGENT} a LEFT JOIN {WORDS_STATE} s ON s.agent_id = a.id
@@ -355,9 +355,9 @@ def words_text_removed(*, agent_ids) -> None:
     """Note that files of these agents were deleted (indexing/writes.py, ``files_remove``): the next run of
     the ``memory_words`` task counts their lexemes again and drops the words no chunk holds any more,
     whatever the drift. (An edit is left to the drift: an append rewrites a file's last chunk and removes
-    no word, and a recount at each one would be wasted.) Noted once the caller's transaction has committed (at once outside one),
-    so the indexing never waits for this task's row of the agent; lost if the process dies in between,
-    the words then go at the next recount the drift brings, as before."""
+    no word, and a recount at each one would be wasted.) Noted once the caller's transaction has
+    committed (at once outside one), so the indexing never waits for this task's row of the agent; lost if
+    the process dies in between, the words then go at the next recount the drift brings, as before."""
     ids = list(agent_ids)
     transaction.on_commit(
         lambda: MemoryWordsState.objects.filter(agent_id__in=ids, text_removed=False).update(text_removed=True)

@@ -1,6 +1,6 @@
 """Experiment (docs/search.md, "Centred queries, speakers' lines, diversity for every query, chunk overlap:
-not kept", and the section named below): three ways to reorder the candidates, measured in the ``bench_variants`` harness and not built
-into the service.
+not kept", and the section named below): three ways to reorder the candidates, measured in the
+``bench_variants`` harness and not built into the service.
 
 Each is a variant setting read only here (0 = off, the service's own search):
 
@@ -18,8 +18,8 @@ Each is a variant setting read only here (0 = off, the service's own search):
   ``MEMORYHUB_SEARCH_EXP_FILE_SPREAD_ALL=1``.
 
 The speaker and file-spread stages run before the service's own steps on the fused candidates
-(``min_score``, the long queries' spread, the rerank stage, snippets), by wrapping ``search.services._results``; the centring
-wraps ``_nearest``:
+(``min_score``, the long queries' spread, the rerank stage, snippets), by wrapping
+``search.services._results``; the centring wraps ``_nearest``:
 
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/candidate_stages.py \\
         --reuse s34 --part all \\

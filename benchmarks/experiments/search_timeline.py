@@ -19,7 +19,6 @@ order alternating), three rounds of which the first is a warm-up. Run from the c
 
 import statistics
 import time
-import types
 
 from django.conf import settings
 
@@ -38,8 +37,8 @@ steps: list[tuple[str, float, float]] = []  # (step, start, end) of the search b
 search_started = 0.0
 
 
-def timed(name: str, module=services, real=None):
-    real = real or getattr(module, name)
+def recorded(name: str, real):
+    """``real`` wrapped: each call's start and end go to ``steps`` under ``name``."""
 
     def step(*args, **kwargs):
         started = time.perf_counter()
@@ -48,8 +47,11 @@ def timed(name: str, module=services, real=None):
         finally:  # list.append is atomic: the helpers' steps are recorded too
             steps.append((name, (started - search_started) * 1000, (time.perf_counter() - search_started) * 1000))
 
-    setattr(module, name, step)
     return step
+
+
+def timed(name: str, module=services):
+    setattr(module, name, recorded(name, getattr(module, name)))
 
 
 for name in STEPS:
@@ -63,7 +65,7 @@ keyword_half = services.keyword_candidates
 
 def keyword_candidates(*args, also=None, **kwargs):
     if also is not None:
-        also = timed("the plan wait", module=types.SimpleNamespace(), real=also)
+        also = recorded("the plan wait", also)
     return keyword_half(*args, also=also, **kwargs)
 
 
