@@ -58,7 +58,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from indexing.keyword_document import KEYWORD_CONFIG
 from indexing.tables import AGENT, CHUNK
@@ -359,9 +359,14 @@ def words_text_removed(*, agent_ids) -> None:
     committed (at once outside one), so the indexing never waits for this task's row of the agent; lost if
     the process dies in between, the words then go at the next recount the drift brings, as before."""
     ids = list(agent_ids)
-    transaction.on_commit(
-        lambda: MemoryWordsState.objects.filter(agent_id__in=ids, text_removed=False).update(text_removed=True)
-    )
+
+    def note() -> None:  # after the deletion's commit: a failure here must not fail the deletion's answer
+        try:
+            MemoryWordsState.objects.filter(agent_id__in=ids, text_removed=False).update(text_removed=True)
+        except DatabaseError as exc:
+            logger.warning("deleted text of agents %s not noted for their memory words: %s", ids, exc)
+
+    transaction.on_commit(note)
 
 
 def lexemes_recount(agent_id: int) -> list[str]:

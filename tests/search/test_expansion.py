@@ -216,6 +216,31 @@ def test_a_deletion_is_counted_out_at_the_next_run_and_an_edit_once_the_counts_d
     assert len(counts()) == 3 and MemoryWordsState.objects.get(agent=alice.agent).lexemes == 3
 
 
+def test_a_deletion_whose_note_fails_after_its_commit_still_answers_and_leaves_the_words_to_the_drift(
+    alice, index_files, monkeypatch, django_capture_on_commit_callbacks
+):
+    from django.db import OperationalError
+    from django.db.models import QuerySet
+
+    index_files(alice, {"memory/office.md": OFFICE, "memory/garden.md": GARDEN})
+    memory_words_sync()
+    update = QuerySet.update
+
+    def failing(queryset, **values):
+        if "text_removed" in values:
+            raise OperationalError("the database went away")
+        return update(queryset, **values)
+
+    monkeypatch.setattr(QuerySet, "update", failing)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.client.delete("/api/v1/files/memory/garden.md")
+    assert response.status_code == 200, response.content
+    monkeypatch.undo()
+    assert not alice.agent.files.filter(path="memory/garden.md").exists()
+    assert not MemoryWordsState.objects.get(agent=alice.agent).text_removed  # not noted: the drift decides
+    assert memory_words_sync().agents == 0
+
+
 def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes_room(
     alice, index_files, settings, django_capture_on_commit_callbacks
 ):
