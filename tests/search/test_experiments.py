@@ -6,7 +6,8 @@ candidate_stages.py: the speaker, centring and file-spread stages' arithmetic;
 line_meaning.py: the lines of a snippet scored by meaning beside their query words;
 common_words.py: a question without the words most of the memory's chunks hold;
 word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query;
-subwindow_vectors.py: a chunk at the best distance of its windows; fitted_fusion.py: its features and proxy."""
+subwindow_vectors.py: a chunk at the best distance of its windows; fitted_fusion.py: its features and proxy;
+vector_feedback.py: the query moved toward its nearest chunks, and two searches' hits merged."""
 
 import math
 
@@ -23,6 +24,7 @@ from benchmarks.experiments.line_meaning import meaning_scores
 from benchmarks.experiments.observations_check import observations_load
 from benchmarks.experiments.single_file_check import PATH, single_file_load
 from benchmarks.experiments.subwindow_vectors import best_window_hits
+from benchmarks.experiments.vector_feedback import merged, moved
 from benchmarks.experiments.word_neighbours import content_words, lifted, neighbours, vocabulary
 from benchmarks.locomo import conversation_load
 
@@ -251,6 +253,19 @@ def test_a_chunk_is_scored_by_the_best_of_its_windows_against_any_window_of_the_
     hits = best_window_hits(rows, matrix, [[0.0, -1.0], [0.6, 0.8]], limit=2)  # a query of two windows
     assert [(hit.chunk_id, round(hit.distance, 3), hit.start_line) for hit in hits] == [(8, 0.0, 5), (7, 0.2, 1)]
     assert len(best_window_hits(rows, matrix, [[0.0, -1.0], [0.6, 0.8]], limit=1)) == 1
+
+
+def test_a_query_moved_toward_its_nearest_chunks_is_of_unit_length_and_two_searches_merge_at_the_better_distance():
+    from search.vector import VectorHit
+
+    assert moved([1.0, 0.0], [[0.0, 1.0], [0.0, 1.0]], 1.0) == pytest.approx([1 / math.sqrt(2), 1 / math.sqrt(2)])
+    assert moved([1.0, 0.0], [[0.0, 1.0]], 0.5) == pytest.approx([2 / math.sqrt(5), 1 / math.sqrt(5)])
+    assert moved([0.6, 0.8], [], 0.5) == [0.6, 0.8]
+    def hit(chunk_id, distance):
+        return VectorHit(chunk_id=chunk_id, distance=distance, file_id=1, start_line=1, end_line=2)
+
+    both = merged([hit(1, 0.3), hit(2, 0.4)], [hit(2, 0.1), hit(3, 0.5)], limit=2)
+    assert [(h.chunk_id, h.distance) for h in both] == [(2, 0.1), (1, 0.3)]
 
 
 def test_the_fitted_fusions_features_and_proxy():
