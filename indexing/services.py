@@ -509,7 +509,7 @@ def _files_chunks_write(
                 .values_list("file_id", "ordinal", "start_line", "end_line", "text_hash")
             ):
                 old_rows.setdefault(file_id, []).append(tuple(row))
-            rows, rewritten, kept, kept_vectors = [], [], [], {}
+            rows, rewritten, kept, kept_vectors, edited = [], [], [], {}, {}
             for memory_file, spans in live_work:
                 old = old_rows.get(memory_file.pk, [])
                 new = [(ordinal, span.start_line, span.end_line, digest) for ordinal, (span, digest) in enumerate(spans)]
@@ -523,6 +523,8 @@ def _files_chunks_write(
                     kept_vectors.update((d, vectors[d]) for _, d in spans if d in vectors)
                     continue
                 rewritten.append(memory_file.pk)
+                if outcome.chunks_removed:
+                    edited[memory_file.pk] = (memory_file.agent_id, spans, set(old_counts), set(old_counts - new_counts))
                 for ordinal, (span, digest) in enumerate(spans):
                     vector = vectors.get(digest)
                     rows.append(
@@ -536,6 +538,7 @@ def _files_chunks_write(
                         )
                     )
             if rewritten:
+                _words_removed_note(edited=edited)
                 Chunk.objects.filter(agent_id__in=agent_ids, file_id__in=rewritten).delete()
                 _chunks_copy(rows)
             _chunk_vectors_fill(agent_ids=agent_ids, file_ids=kept, vectors=kept_vectors, identity=identity)
@@ -561,6 +564,31 @@ def _files_chunks_write(
             counts["malformed_lines"] += outcome.malformed_lines
         _jobs_count(per_job=per_job, job_id=job_id, batch=Counter(cache_hits=cache_hits))
     return awaiting
+
+
+def _words_removed_note(*, edited: dict[int, tuple[int, list, set[str], set[str]]]) -> None:
+    """Keyword expansion's words follow the text (search/expansion.py): the agents of the files whose edit
+    took words out (not an append, which only rewrites the last chunk) are noted for a recount of their
+    words. ``edited``: file id → (agent id, its new (span, text hash) pairs, its old chunks' hashes, those
+    of them gone). Reads the gone chunks' texts, before they are deleted."""
+    if not edited:
+        return
+    from search.expansion import words_gone, words_text_removed
+
+    gone_texts: dict[int, list[str]] = {}
+    for file_id, digest, text in Chunk.objects.filter(
+        agent_id__in={agent_id for agent_id, *_ in edited.values()}, file_id__in=list(edited),
+        text_hash__in=set().union(*(gone for *_, gone in edited.values())),
+    ).values_list("file_id", "text_hash", "text"):
+        if digest in edited[file_id][3]:
+            gone_texts.setdefault(file_id, []).append(text)
+    agents = set()
+    for file_id, (agent_id, spans, old, _) in edited.items():
+        texts = [span.text for span, digest in spans if digest not in old] + [span.text for span, digest in spans if digest in old]
+        if agent_id not in agents and words_gone(removed=gone_texts.get(file_id, []), kept=texts):
+            agents.add(agent_id)
+    if agents:
+        words_text_removed(agent_ids=agents)
 
 
 def _files_vectors_fill(*, awaiting, outcomes, vectors: dict, identity, job_id, embedded: int, cache_hits: int) -> None:

@@ -30,8 +30,8 @@ Two parts:
   live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT of the live ones (the keyword
   stats' setting), the agent's lexemes are counted again from its live chunks and the words no live
   chunk holds are dropped (``lexemes_recount``), which makes room for new ones under the cap. The check
-  runs when the agent's new chunks have been read; a deleted file (``words_text_removed``, noted by the
-  indexing) brings the recount at the next run whatever the drift.
+  runs when the agent's new chunks have been read; a deleted file, or an edit that took words out of one
+  (``words_text_removed``, noted by the indexing), brings the recount at the next run whatever the drift.
 - **At search** (search/services.py): the plan reads the question's content words' lexeme counts,
   vectors and worked-out neighbours (``PLAN_JSON_SQL``, in the statement of the search's checks, on the
   request's thread while the keyword half sends its first) and keeps the rare ones (``plan_from_rows``;
@@ -128,6 +128,22 @@ def text_words(text: str) -> set[str]:
         word for word in (match.group(0).lower() for match in WORD.finditer(text))
         if MIN_WORD_CHARS <= len(word) <= MAX_WORD_CHARS and word not in STOP
     }
+
+
+def words_gone(*, removed: list[str], kept: list[str]) -> bool:
+    """Whether a word of ``removed`` (the texts of a file's chunks that an edit took out) stands in none of
+    ``kept`` (the texts of the file's chunks now, the ones new to it first): the edit removed text, not only
+    added to it. An append rewrites the file's last chunk, whose words all stand in the new last chunk, so
+    the check usually ends with the first text read."""
+    left = set().union(*(text_words(text) for text in removed))
+    whole = "\n".join(kept).lower()
+    if any(word not in whole for word in left):
+        return True  # not even a part of a longer word: gone, found without reading every text's words
+    for text in kept:
+        if not left:
+            break
+        left -= text_words(text)
+    return bool(left)
 
 
 # --- The memory's words ----------------------------------------------------------------------------
@@ -352,12 +368,13 @@ RETURNING (SELECT coalesce(array_agg(word ORDER BY word), '{{}}') FROM gone)
 
 
 def words_text_removed(*, agent_ids) -> None:
-    """Note that files of these agents were deleted (indexing/writes.py, ``files_remove``): the next run of
-    the ``memory_words`` task counts their lexemes again and drops the words no chunk holds any more,
-    whatever the drift. (An edit is left to the drift: an append rewrites a file's last chunk and removes
-    no word, and a recount at each one would be wasted.) Noted once the caller's transaction has
-    committed (at once outside one), so the indexing never waits for this task's row of the agent; lost if
-    the process dies in between, the words then go at the next recount the drift brings, as before."""
+    """Note that files of these agents were deleted (indexing/writes.py, ``files_remove``), or edited so
+    that words of their text went (indexing/services.py, ``words_gone``): the next run of the
+    ``memory_words`` task counts their lexemes again and drops the words no chunk holds any more, whatever
+    the drift. (An append removes no word, and is not noted: a recount at each one would be wasted.) Noted
+    once the caller's transaction has committed (at once outside one), so the indexing never waits for this
+    task's row of the agent; lost if the process dies in between, the words then go at the next recount the
+    drift brings, as before."""
     ids = list(agent_ids)
 
     def note() -> None:  # after the deletion's commit: a failure here must not fail the deletion's answer

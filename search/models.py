@@ -68,8 +68,9 @@ class MemoryWordsState(models.Model):
     # The model and settings the words' neighbours were worked out with (search/expansion.py,
     # ``neighbours_key``): when they change, every list is worked out again.
     neighbours_key = models.CharField(max_length=300, blank=True, default="", db_default="")
-    # A file of the agent's was deleted since its words were last checked: the next run counts its lexemes
-    # again and drops the words no chunk holds any more (search/expansion.py, ``words_text_removed``).
+    # A file of the agent's was deleted, or edited so that words of its text went, since its words were last
+    # checked: the next run counts its lexemes again and drops the words no chunk holds any more
+    # (search/expansion.py, ``words_text_removed``).
     text_removed = models.BooleanField(default=False, db_default=False)
 
 

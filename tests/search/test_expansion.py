@@ -146,7 +146,7 @@ def test_the_lexemes_count_the_chunks_that_hold_them_and_the_rarest_words_go_fir
     assert expansion_plan(agent_id=alice.agent.pk, identity_key=key, query="spend tomatoes budget") is None
 
 
-def test_a_deletion_is_counted_out_at_the_next_run_and_an_edit_once_the_counts_drift(
+def test_a_deletion_or_an_edit_taking_words_out_is_counted_out_at_the_next_run_and_an_append_once_the_counts_drift(
     alice, index_files, settings, django_capture_on_commit_callbacks
 ):
     from indexing.writes import file_delete
@@ -199,21 +199,37 @@ def test_a_deletion_is_counted_out_at_the_next_run_and_an_edit_once_the_counts_d
     with django_capture_on_commit_callbacks(execute=True):
         workspace_sync(agent=alice.agent, entries=listed, delete_missing=True)
     assert memory_words_sync().recounted == [alice.agent.pk] and "ladder" not in words()
-    # An edit is counted out once the chunks counted drift from the live ones (an append rewrites a file's
-    # last chunk and removes no word: a recount at each one would be wasted), and the words of its old text
-    # go then.
+    # An append rewrites a file's last chunk and removes no word: it is not noted (a recount at each one
+    # would be wasted), and its old chunk's counts stay until the counts drift.
     index_files(alice, {"memory/office.md": OFFICE + "\nThe spend was approved on Monday.\n"})
+    assert not MemoryWordsState.objects.get(agent=alice.agent).text_removed
     assert memory_words_sync().recounted == [] and {"approved", "monday"} <= words()
     assert counts()["spend"] == 2  # the old chunk's count and the new one's
+    # An edit that takes words out is noted as a deletion is, and counted out at the next run: its words go.
     index_files(alice, {"memory/office.md": OFFICE})
-    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.02
+    assert MemoryWordsState.objects.get(agent=alice.agent).text_removed
     assert memory_words_sync().recounted == [alice.agent.pk]
     assert counts() == live() and counts()["spend"] == 1 and not {"approved", "monday"} & words()
-    # A recount keeps the most frequent lexemes within the cap.
+    # Appends are counted out once the counts drift; a recount keeps the most frequent lexemes within the cap.
+    settings.MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT = 0.02
     settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = 3
     index_files(alice, {"memory/office.md": OFFICE + "\nChairs first.\n"})
+    assert not MemoryWordsState.objects.get(agent=alice.agent).text_removed
     assert memory_words_sync().recounted == [alice.agent.pk]
     assert len(counts()) == 3 and MemoryWordsState.objects.get(agent=alice.agent).lexemes == 3
+
+
+def test_an_edit_took_words_out_when_a_word_of_the_chunks_it_removed_stands_in_none_of_the_files_chunks_now():
+    from search.expansion import words_gone
+
+    old_last = "The tomatoes need water."
+    assert not words_gone(removed=[old_last], kept=["The tomatoes need water. The roses too.", "# Garden"])
+    assert words_gone(removed=[old_last], kept=["The tomatoes need sun.", "# Garden"])  # "water" went
+    assert not words_gone(removed=["The tomatoes need water."], kept=["Water: the tomatoes need it."])  # cased
+    assert not words_gone(removed=["We did it, and then some."], kept=[])  # stop words and short ones only
+    assert words_gone(removed=[old_last], kept=[])  # the file emptied
+    assert words_gone(removed=["A torch."], kept=["Two torches."])  # only a part of a longer word
+    assert not words_gone(removed=["A torch."], kept=["Two torches.", "Torch: one."])
 
 
 def test_a_deletion_whose_note_fails_after_its_commit_still_answers_and_leaves_the_words_to_the_drift(
