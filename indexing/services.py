@@ -524,7 +524,8 @@ def _files_chunks_write(
                     continue
                 rewritten.append(memory_file.pk)
                 if outcome.chunks_removed:
-                    edited[memory_file.pk] = (memory_file.agent_id, spans, set(old_counts), set(old_counts - new_counts))
+                    gone = set(old_counts - new_counts)
+                    edited[memory_file.pk] = (memory_file.agent_id, spans, set(old_counts), gone)
                 for ordinal, (span, digest) in enumerate(spans):
                     vector = vectors.get(digest)
                     rows.append(
@@ -584,7 +585,8 @@ def _words_removed_note(*, edited: dict[int, tuple[int, list, set[str], set[str]
             gone_texts.setdefault(file_id, []).append(text)
     agents = set()
     for file_id, (agent_id, spans, old, _) in edited.items():
-        texts = [span.text for span, digest in spans if digest not in old] + [span.text for span, digest in spans if digest in old]
+        # The chunks new to the file first: an append's old last chunk has its words in the new last one.
+        texts = [span.text for span, _ in sorted(spans, key=lambda pair: pair[1] in old)]
         if agent_id not in agents and words_gone(removed=gone_texts.get(file_id, []), kept=texts):
             agents.add(agent_id)
     if agents:

@@ -130,18 +130,25 @@ def text_words(text: str) -> set[str]:
     }
 
 
+# words_gone searches the whole text for each word left once there are at most this many.
+FEW_WORDS_LEFT = 16
+
+
 def words_gone(*, removed: list[str], kept: list[str]) -> bool:
     """Whether a word of ``removed`` (the texts of a file's chunks that an edit took out) stands in none of
     ``kept`` (the texts of the file's chunks now, the ones new to it first): the edit removed text, not only
     added to it. An append rewrites the file's last chunk, whose words all stand in the new last chunk, so
-    the check usually ends with the first text read."""
+    the check usually ends with the first text read. Once few words are left, a word that is not even a part
+    of the texts is gone, found without reading every text's words (a search of the texts per word)."""
     left = set().union(*(text_words(text) for text in removed))
-    whole = "\n".join(kept).lower()
-    if any(word not in whole for word in left):
-        return True  # not even a part of a longer word: gone, found without reading every text's words
+    whole = None
     for text in kept:
         if not left:
-            break
+            return False
+        if whole is None and len(left) <= FEW_WORDS_LEFT:
+            whole = "\n".join(kept).lower()
+            if any(word not in whole for word in left):
+                return True
         left -= text_words(text)
     return bool(left)
 

@@ -1,8 +1,10 @@
 """Experiment (docs/search.md, "An edit that takes words out is noted as a deletion is"): what the check
 of an edit's removed words costs the indexing. A throw-away agent's file of ``LINES`` lines is indexed
-with the fake provider, then edited ``EDITS`` times each way (an append; a line changed in the middle);
-each edit's indexing is timed whole, and ``_words_removed_note`` (the check) alone, wrapped where
-indexing/services.py calls it. Prints the medians, and how many edits of each kind were noted.
+with the fake provider, then edited ``EDITS`` times each way: an append; a line changed in the middle; a
+line put first, which moves the chunks' lines, so that old chunks go though none of their words does
+(each line holds a word of its own: the check reads every chunk's words). Each edit's indexing
+is timed whole, and ``_words_removed_note`` (the check) alone, wrapped where indexing/services.py calls
+it. Prints the medians, and how many edits of each kind were noted.
 
     python manage.py shell < benchmarks/experiments/edit_note_cost.py
 """
@@ -32,8 +34,18 @@ def check(**kwargs):
         took.append(time.perf_counter() - started)
 
 
+def letters(number: int) -> str:
+    """``number`` in letters (0 → "a", 26 → "ba"): a word of its own for each line."""
+    out = ""
+    while True:
+        number, digit = divmod(number, 26)
+        out = chr(97 + digit) + out
+        if not number:
+            return out
+
+
 def line(number: int, word: str = "lantern") -> str:
-    return f"Note {number}: the {word} by the north gate needs oil before the evening watch of day {number}."
+    return f"Note {number}: the {word} by the gate of {letters(number)}ville needs oil before the evening watch."
 
 
 with override_settings(MEMORYHUB_EMBEDDING_PROVIDER="fake", CELERY_TASK_ALWAYS_EAGER=True):
@@ -43,14 +55,16 @@ with override_settings(MEMORYHUB_EMBEDDING_PROVIDER="fake", CELERY_TASK_ALWAYS_E
     try:
         lines = [line(n) for n in range(LINES)]
         file_ingest(agent=agent, path="memory/log.md", content="\n".join(lines) + "\n")
-        for kind in ("append", "change"):
+        for kind in ("append", "change", "insert"):
             whole, took[:] = [], []
             noted = 0
             for edit in range(EDITS):
                 if kind == "append":
                     lines.append(line(LINES + edit))
-                else:
+                elif kind == "change":
                     lines[len(lines) // 2] = line(edit, word=f"torch{chr(97 + edit)}")
+                else:
+                    lines.insert(0, line(edit))
                 MemoryWordsState.objects.filter(agent=agent).update(text_removed=False)
                 started = time.perf_counter()
                 file_ingest(agent=agent, path="memory/log.md", content="\n".join(lines) + "\n")
