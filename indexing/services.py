@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -509,7 +510,8 @@ def _files_chunks_write(
                 .values_list("file_id", "ordinal", "start_line", "end_line", "text_hash")
             ):
                 old_rows.setdefault(file_id, []).append(tuple(row))
-            rows, rewritten, kept, kept_vectors, edited = [], [], [], {}, {}
+            rows, rewritten, kept, kept_vectors = [], [], [], {}
+            edited: dict[int, EditedFile] = {}
             for memory_file, spans in live_work:
                 old = old_rows.get(memory_file.pk, [])
                 new = [(ordinal, span.start_line, span.end_line, digest) for ordinal, (span, digest) in enumerate(spans)]
@@ -524,8 +526,9 @@ def _files_chunks_write(
                     continue
                 rewritten.append(memory_file.pk)
                 if outcome.chunks_removed:
-                    gone = set(old_counts - new_counts)
-                    edited[memory_file.pk] = (memory_file.agent_id, spans, set(old_counts), gone)
+                    edited[memory_file.pk] = EditedFile(
+                        agent_id=memory_file.agent_id, spans=spans, old=set(old_counts), gone=set(old_counts - new_counts)
+                    )
                 for ordinal, (span, digest) in enumerate(spans):
                     vector = vectors.get(digest)
                     rows.append(
@@ -567,28 +570,36 @@ def _files_chunks_write(
     return awaiting
 
 
-def _words_removed_note(*, edited: dict[int, tuple[int, list, set[str], set[str]]]) -> None:
-    """Keyword expansion's words follow the text (search/expansion.py): the agents of the files whose edit
-    took words out (not an append, which only rewrites the last chunk) are noted for a recount of their
-    words. ``edited``: file id → (agent id, its new (span, text hash) pairs, its old chunks' hashes, those
-    of them gone). Reads the gone chunks' texts, before they are deleted."""
+class EditedFile(NamedTuple):
+    """A file whose chunks are written again with some of the old ones gone (_words_removed_note)."""
+
+    agent_id: int
+    spans: list[tuple[ChunkSpan, str]]  # its new chunks: (span, text hash)
+    old: set[str]  # its old chunks' text hashes
+    gone: set[str]  # those of them not among the new ones
+
+
+def _words_removed_note(*, edited: dict[int, EditedFile]) -> None:
+    """Keyword expansion's words follow the text (search/expansion.py): the agents of the files (by id)
+    whose edit took words out (not an append, which only rewrites the last chunk) are noted for a recount
+    of their words. Reads the gone chunks' texts, before they are deleted."""
     if not edited:
         return
     from search.expansion import words_gone, words_text_removed
 
     gone_texts: dict[int, list[str]] = {}
     for file_id, digest, text in Chunk.objects.filter(
-        agent_id__in={agent_id for agent_id, *_ in edited.values()}, file_id__in=list(edited),
-        text_hash__in=set().union(*(gone for *_, gone in edited.values())),
+        agent_id__in={e.agent_id for e in edited.values()}, file_id__in=list(edited),
+        text_hash__in=set().union(*(e.gone for e in edited.values())),
     ).values_list("file_id", "text_hash", "text"):
-        if digest in edited[file_id][3]:
+        if digest in edited[file_id].gone:
             gone_texts.setdefault(file_id, []).append(text)
     agents = set()
-    for file_id, (agent_id, spans, old, _) in edited.items():
+    for file_id, e in edited.items():
         # The chunks new to the file first: an append's old last chunk has its words in the new last one.
-        texts = [span.text for span, _ in sorted(spans, key=lambda pair: pair[1] in old)]
-        if agent_id not in agents and words_gone(removed=gone_texts.get(file_id, []), kept=texts):
-            agents.add(agent_id)
+        texts = [span.text for span, _ in sorted(e.spans, key=lambda pair: pair[1] in e.old)]
+        if e.agent_id not in agents and words_gone(removed=gone_texts.get(file_id, []), kept=texts):
+            agents.add(e.agent_id)
     if agents:
         words_text_removed(agent_ids=agents)
 

@@ -384,7 +384,7 @@ def words_text_removed(*, agent_ids) -> None:
     drift brings, as before."""
     ids = list(agent_ids)
 
-    def note() -> None:  # after the deletion's commit: a failure here must not fail the deletion's answer
+    def note() -> None:  # after the caller's commit: a failure here must not fail its answer or its job
         try:
             MemoryWordsState.objects.filter(agent_id__in=ids, text_removed=False).update(text_removed=True)
         except DatabaseError as exc:
