@@ -527,7 +527,8 @@ def _files_chunks_write(
                 rewritten.append(memory_file.pk)
                 if outcome.chunks_removed:
                     edited[memory_file.pk] = EditedFile(
-                        agent_id=memory_file.agent_id, spans=spans, old=set(old_counts), gone=set(old_counts - new_counts)
+                        agent_id=memory_file.agent_id, spans=spans,
+                        old=set(old_counts), gone=set(old_counts - new_counts),
                     )
                 for ordinal, (span, digest) in enumerate(spans):
                     vector = vectors.get(digest)
