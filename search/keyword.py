@@ -467,7 +467,9 @@ def keyword_candidates(
         file_where = f"WHERE {clause}"
 
     plan = _stats_plan(agent_id=agent_id, lexemes=lexemes, terms=terms, row=stats)
-    if plan is None and size > large_from:
+    # ``size`` is read only when there are no stats; without a plan from stats that exist (bench_scale's
+    # exact baseline patches _stats_plan), the agent is searched exactly.
+    if plan is None and size is not None and size > large_from:
         plan = _large_agent_plan(agent_id=agent_id, terms=terms)  # until the background stats exist
     exact = True
     if plan is None:

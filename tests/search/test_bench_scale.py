@@ -23,8 +23,14 @@ TOUCHED = (
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("partitions", [8, 0], ids=["partitioned", "one-table"])
 def test_bench_scale_builds_measures_and_drops_its_database(partitions):
-    saved = {name: getattr(settings, name) for name in TOUCHED + ("MEMORYHUB_CHUNK_PARTITIONS",)}
+    saved = {
+        name: getattr(settings, name)
+        for name in TOUCHED + ("MEMORYHUB_CHUNK_PARTITIONS", "MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS")
+    }
     settings.MEMORYHUB_CHUNK_PARTITIONS = partitions  # read by the throw-away database's migration
+    # The big agent large enough for keyword stats, as at full scale: the exact baseline searches it
+    # without them.
+    settings.MEMORYHUB_SEARCH_KEYWORD_EXACT_MAX_CHUNKS = 1000
     out = StringIO()
     try:
         call_command(
