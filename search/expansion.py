@@ -29,7 +29,8 @@ Two parts:
   counts of chunks that are gone, and words whose text is gone; once the chunks counted and the agent's
   live chunks differ by more than MEMORYHUB_SEARCH_KEYWORD_STATS_DRIFT of the live ones (the keyword
   stats' setting), the agent's lexemes are counted again from its live chunks and the words no live
-  chunk holds are dropped (``lexemes_recount``), which makes room for new ones under the cap. The check
+  chunk holds are dropped (``lexemes_recount``), which makes room for new ones under the cap: an agent
+  that was full has its chunks read again for the words refused meanwhile (``_words_refill``). The check
   runs when the agent's new chunks have been read; a deleted file, or an edit that took words out of one
   (``words_text_removed``, noted by the indexing), brings the recount at the next run whatever the drift.
 - **At search** (search/services.py): the plan reads the question's content words' lexeme counts,
@@ -222,8 +223,12 @@ def memory_words_sync(*, seconds: float | None = None, agent_ids: list[int] | No
                 agent_id=agent_id, after=last_chunk_id, words=words, lexemes=lexemes, deadline=deadline, outcome=outcome
             )
             if caught_up and (text_removed or _lexemes_drifted(agent_id)):
-                outcome.words_dropped += len(lexemes_recount(agent_id))
+                full = _words_count(agent_id) >= settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
+                dropped = lexemes_recount(agent_id)
+                outcome.words_dropped += len(dropped)
                 outcome.recounted.append(agent_id)
+                if dropped and full:
+                    _words_refill(agent_id=agent_id, deadline=deadline, outcome=outcome)
             if identity.has_vectors:
                 _neighbours_key_check(agent_id=agent_id, identity=identity)
                 if _words_embed(agent_id=agent_id, identity=identity, deadline=deadline, outcome=outcome):
@@ -261,17 +266,45 @@ def _word_lexemes(word: str) -> str:
 
 # One read's new words stored, alphabetically while the agent has room: those one of whose lexemes (the
 # keyword index's) the read's chunks hold. A word the keyword index reads otherwise ("smart" of "SmartKom",
-# one lexeme "smartkom"; a Postgres stop word, no lexeme) would search for nothing as a neighbour.
+# one lexeme "smartkom"; a Postgres stop word, no lexeme) would search for nothing as a neighbour. The
+# words already stored are left out before the room is counted, so that they take none of it.
 _WORDS_STORE_SQL = f"""
 INSERT INTO {WORDS} (agent_id, word, embedding_identity)
 SELECT %(agent)s, w, '' FROM (
     SELECT DISTINCT q.w FROM unnest(%(words)s::text[]) AS q(w)
     CROSS JOIN LATERAL {_word_lexemes('q.w')} AS y(lexeme)
     JOIN unnest(%(held)s::text[]) AS h(lexeme) ON h.lexeme = y.lexeme
+    WHERE NOT EXISTS (SELECT 1 FROM {WORDS} s WHERE s.agent_id = %(agent)s AND s.word = q.w)
 ) found
 ORDER BY w LIMIT %(room)s
 ON CONFLICT (agent_id, word) DO NOTHING
 """
+
+
+def _chunks_read(cursor, *, agent_id: int, after: int, up_to: int | None = None) -> list[tuple]:
+    """The agent's next CHUNKS_PER_READ chunks above ``after`` (and at most ``up_to``), by id: (id, text,
+    the keyword index's lexemes)."""
+    below = "" if up_to is None else "AND id <= %s "
+    cursor.execute(
+        f"SELECT id, text, tsvector_to_array(search_vector) FROM {CHUNK} WHERE agent_id = %s AND id > %s {below}"
+        "ORDER BY id LIMIT %s",
+        [agent_id, after, *([] if up_to is None else [up_to]), CHUNKS_PER_READ],
+    )
+    return cursor.fetchall()
+
+
+def _words_store(cursor, *, agent_id: int, rows: list[tuple], held, room: int) -> int:
+    """Store the new words of these chunks (_WORDS_STORE_SQL) while there is ``room``; returns how many."""
+    found: set[str] = set()
+    for _, text, _ in rows:
+        found |= text_words(text)
+    if not (found and held and room > 0):
+        return 0
+    cursor.execute(
+        _WORDS_STORE_SQL,
+        {"agent": agent_id, "words": sorted(found), "config": KEYWORD_CONFIG, "held": sorted(held), "room": room},
+    )
+    return cursor.rowcount
 
 
 def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline: float, outcome: WordsOutcome) -> bool:
@@ -283,25 +316,13 @@ def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline
     cap = settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
     while time.monotonic() < deadline:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, text, tsvector_to_array(search_vector) FROM {CHUNK} WHERE agent_id = %s AND id > %s "
-                "ORDER BY id LIMIT %s",
-                [agent_id, after, CHUNKS_PER_READ],
-            )
-            rows = cursor.fetchall()
+            rows = _chunks_read(cursor, agent_id=agent_id, after=after)
             if not rows:
                 return True
-            found: set[str] = set()
-            for _, text, _ in rows:
-                found |= text_words(text)
             held = Counter(lexeme for _, _, chunk_lexemes in rows for lexeme in chunk_lexemes or ())
-            if found and held and words < cap:
-                cursor.execute(
-                    _WORDS_STORE_SQL, {"agent": agent_id, "words": sorted(found), "config": KEYWORD_CONFIG,
-                                       "held": sorted(held), "room": cap - words},
-                )
-                words += cursor.rowcount
-                outcome.words_added += cursor.rowcount
+            added = _words_store(cursor, agent_id=agent_id, rows=rows, held=held, room=cap - words)
+            words += added
+            outcome.words_added += added
             if held:
                 counted = sorted(held)
                 cursor.execute(
@@ -318,6 +339,38 @@ def _words_read(*, agent_id: int, after: int, words: int, lexemes: int, deadline
                 [agent_id, after, words, lexemes, len(rows)],
             )
     return False
+
+
+def _words_refill(*, agent_id: int, deadline: float, outcome: WordsOutcome) -> None:
+    """After a recount dropped words of an agent that had reached MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS: the
+    words its reads refused for want of room (in this run, before the drop, or in earlier ones) are read
+    again from its chunks up to the watermark, the first chunks first, until the room is full, every chunk
+    is read or the run's time is out (the rest then waits for the next drop). Words only: the lexemes were
+    just counted. Each read is committed with the state's word count."""
+    cap = settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT words, last_chunk_id FROM {WORDS_STATE} WHERE agent_id = %s", [agent_id])
+        words, up_to = cursor.fetchone()
+    after = 0
+    while words < cap and time.monotonic() < deadline:
+        with transaction.atomic(), connection.cursor() as cursor:
+            rows = _chunks_read(cursor, agent_id=agent_id, after=after, up_to=up_to)
+            if not rows:
+                return
+            held = {lexeme for _, _, chunk_lexemes in rows for lexeme in chunk_lexemes or ()}
+            added = _words_store(cursor, agent_id=agent_id, rows=rows, held=held, room=cap - words)
+            if added:
+                cursor.execute(f"UPDATE {WORDS_STATE} SET words = words + %s WHERE agent_id = %s", [added, agent_id])
+            words += added
+            outcome.words_added += added
+            after = rows[-1][0]
+
+
+def _words_count(agent_id: int) -> int:
+    """The agent's stored words as its state counts them."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT coalesce((SELECT words FROM {WORDS_STATE} WHERE agent_id = %s), 0)", [agent_id])
+        return cursor.fetchone()[0]
 
 
 def _lexemes_drifted(agent_id: int) -> bool:

@@ -278,19 +278,38 @@ def test_a_word_whose_text_is_gone_leaves_the_neighbours_that_named_it_and_makes
     assert not MemoryWord.objects.filter(agent=alice.agent, word="costs").exists()
     assert MemoryWord.objects.get(agent=alice.agent, word="spend").neighbours == []
     assert all("expansion" not in e for e in explained(alice, "the spend")[0].values())
-    # The words dropped make room under the cap for the words of the writes after them (the words of the
-    # chunks read in the same run as the drop were read before it: past the cap, they stay out).
+    # The words dropped make room under the cap. A note written while the agent is full has its words
+    # refused; once a drop makes room, the words refused are read again, in the same run as the drop
+    # (the words of the chunks read before it) or in a later one.
     settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = MemoryWord.objects.filter(agent=alice.agent).count()
+
+    def stored():
+        return set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+
+    index_files(alice, {"memory/shed.md": "# Shed\n\nThe shed roof leaks.\n"})
+    assert memory_words_sync().words_added == 0 and not {"shed", "roof", "leaks"} & stored()
     with django_capture_on_commit_callbacks(execute=True):
         file_delete(agent=alice.agent, path="memory/garden.md")
     index_files(alice, {"memory/fence.md": "# Fence\n\nThe fence is green.\n"})
-    assert memory_words_sync().words_added == 0
-    assert not MemoryWord.objects.filter(agent=alice.agent, word="fence").exists()
-    index_files(alice, {"memory/gate.md": "# Gate\n\nThe gate is blue.\n"})
-    assert memory_words_sync().words_added == 2
-    assert {"gate", "blue"} <= set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
+    outcome = memory_words_sync()  # fence's words are read before the drop, the shed's in an earlier run
+    assert outcome.words_dropped > 0 and {"shed", "roof", "leaks", "fence", "green"} <= stored()
+    assert outcome.words_added == 5
     state = MemoryWordsState.objects.get(agent=alice.agent)
-    assert state.words == MemoryWord.objects.filter(agent=alice.agent).count() <= settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
+    assert state.words == len(stored()) <= settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS
+    # No drop, no reading again: a full agent's later words wait for the next drop.
+    MemoryWordsState.objects.filter(agent=alice.agent).update(words=settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS)
+    index_files(alice, {"memory/gate.md": "# Gate\n\nThe gate is blue.\n"})
+    assert memory_words_sync().words_added == 0 and not {"gate", "blue"} & stored()
+
+
+def test_the_words_already_stored_take_none_of_the_room_left_under_the_cap(alice, index_files, settings):
+    index_files(alice, {"memory/a.md": "# Almanac\n\nApples and barley ripen.\n"})
+    memory_words_sync()
+    settings.MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS = MemoryWord.objects.filter(agent=alice.agent).count() + 2
+    # Alphabetically the words already stored come first; the two new ones still get the two places.
+    index_files(alice, {"memory/b.md": "# Almanac\n\nApples and barley ripen in the valley; zucchini too.\n"})
+    assert memory_words_sync().words_added == 2
+    assert {"valley", "zucchini"} <= set(MemoryWord.objects.filter(agent=alice.agent).values_list("word", flat=True))
 
 
 def test_a_word_is_stored_only_when_the_keyword_index_holds_one_of_its_lexemes(alice, index_files):
