@@ -240,11 +240,11 @@ def _search_checks(
     """The search's checks: the pending files, and when ``want_vectors`` the agent's vectors, index and
     words, with the plan rows when there are ``plan_words``. _pending_files on the primary and
     _agent_has_vectors where the search reads, in one statement when both are one."""
-    plan_words = plan_words if want_vectors else None
     if current_read_alias() == DEFAULT_DB_ALIAS:
-        columns, params = _vector_checks(agent=agent, identity=identity, plan_words=plan_words)
-        if not want_vectors:
-            columns = "false, false, false, NULL"
+        if want_vectors:
+            columns, params = _vector_checks(agent=agent, identity=identity, plan_words=plan_words)
+        else:
+            columns, params = "false, false, false, NULL", {"agent": agent.pk}
         with deadline.queries():
             with read_connection.cursor() as cursor:
                 cursor.execute(f"SELECT p.*, {columns} FROM ({_PENDING_SQL}) p", {"states": _PENDING_STATES, **params})
