@@ -394,10 +394,10 @@ def _lexemes_drifted(agent_id: int) -> bool:
 # counted when they are read), the most frequent MEMORYHUB_SEARCH_EXPANSION_MAX_WORDS kept, the words whose
 # text is gone dropped (none of their lexemes in a live chunk: as _WORDS_STORE_SQL stores them), and the
 # state's totals set to match: one statement, so the counts, the words and the totals are of the same
-# chunks (the words counted as the statement found them, less those it drops). It returns the words
-# dropped. The words' lexemes are a CTE of their own, so that the join with the
-# held lexemes is one of two CTE scans, hashed (the planner takes a CTE's aggregate for ten rows: joined
-# inside one scan of the words, the held lexemes were read once per word, 12 s for 16,574 words).
+# chunks (the words counted are those it keeps). It returns the words dropped. The words' lexemes are a
+# CTE of their own, so that the join with the held lexemes is one of two CTE scans, hashed (the planner
+# takes a CTE's aggregate for ten rows: joined inside one scan of the words, the held lexemes were read
+# once per word, 12 s for 16,574 words).
 _LEXEMES_RECOUNT_SQL = f"""
 WITH live AS MATERIALIZED (
     SELECT c.search_vector FROM {CHUNK} c
@@ -421,7 +421,7 @@ kept AS (SELECT DISTINCT wl.id FROM word_lexemes wl JOIN held h ON h.lexeme = wl
 gone AS (DELETE FROM {WORDS} w WHERE w.agent_id = %(agent)s AND w.id NOT IN (SELECT id FROM kept) RETURNING w.word)
 UPDATE {WORDS_STATE}
 SET chunks = (SELECT count(*) FROM live), lexemes = (SELECT count(*) FROM stored),
-    words = (SELECT count(*) FROM {WORDS} WHERE agent_id = %(agent)s) - (SELECT count(*) FROM gone)
+    words = (SELECT count(*) FROM kept)
 WHERE agent_id = %(agent)s
 RETURNING (SELECT coalesce(array_agg(word ORDER BY word), '{{}}') FROM gone)
 """
