@@ -11,7 +11,7 @@ from django.utils.html import format_html, format_html_join
 from agents.admin_scoping import TeamScopedAdmin
 from agents.models import AuditEvent
 from agents.services import Actor, audit_record
-from indexing.models import Chunk, EmbeddingBatch, EmbeddingWindow, IndexJob, MemoryFile
+from indexing.models import Chunk, EmbeddingBatch, EmbeddingModelCheck, EmbeddingWindow, IndexJob, MemoryFile
 from indexing.maintenance import file_reindex, index_job_retry
 
 # The content view shows at most this many lines; memory_get (GET files/<path>?from=&lines=) reads the rest.
@@ -291,14 +291,9 @@ class EmbeddingBatchAdmin(ReadOnlyAdmin):
         return (batch.error[:120] + "…") if len(batch.error) > 120 else batch.error
 
 
-@admin.register(EmbeddingWindow)
-class EmbeddingWindowAdmin(admin.ModelAdmin):
-    """The windows measured for models not known by name (indexing/window_probe.py). They belong to the
-    deployment, not to a team: superusers only. Deleting a row has the model measured again at the next
-    indexing, once the processes are restarted (each keeps a measurement for its life)."""
-
-    list_display = ["identity", "endpoint", "tokens", "read_tokens", "cut", "measured_at"]
-    readonly_fields = list_display
+class DeploymentRowAdmin(admin.ModelAdmin):
+    """Rows that belong to the deployment, not to a team (a model's measured window, the model check):
+    superusers only, read-only; a superuser may delete a row."""
 
     def has_module_permission(self, request):
         return request.user.is_superuser
@@ -320,6 +315,26 @@ class EmbeddingWindowAdmin(admin.ModelAdmin):
         if not request.user.is_superuser:
             raise Http404("No such object.")
         return super().get_object(request, object_id, from_field)
+
+
+@admin.register(EmbeddingWindow)
+class EmbeddingWindowAdmin(DeploymentRowAdmin):
+    """The windows measured for models not known by name (indexing/window_probe.py). Deleting a row has
+    the model measured again at the next indexing (processes read the row again within
+    window_probe.FOUND_RECHECK_SECONDS)."""
+
+    list_display = ["identity", "endpoint", "tokens", "read_tokens", "cut", "measured_at"]
+    readonly_fields = list_display
+
+
+@admin.register(EmbeddingModelCheck)
+class EmbeddingModelCheckAdmin(DeploymentRowAdmin):
+    """The last check that the model behind each name still gives the index's vectors
+    (indexing/model_check.py). "changed": set MEMORYHUB_EMBEDDING_REVISION to a new value and restart, and
+    every chunk is embedded again."""
+
+    list_display = ["identity", "endpoint", "state", "checked_at", "compared", "differed", "lowest_similarity", "changed_since"]
+    readonly_fields = [*list_display, "error"]
 
 
 def _preview(text: str) -> str:

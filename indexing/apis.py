@@ -46,8 +46,24 @@ class AgentStatusApi(APIView):
 
     class OutputSerializer(serializers.Serializer):
         class EmbeddingSerializer(serializers.Serializer):
+            class ModelCheckSerializer(serializers.Serializer):
+                state = serializers.ChoiceField(
+                    choices=["same", "changed", "unchecked", "failed"],
+                    help_text=(
+                        "The last check that the model behind the configured name still gives the index's vectors "
+                        "(every MEMORYHUB_EMBEDDING_CHECK_INTERVAL): same; changed (another model answers under the "
+                        "name: the vector half ranks badly until the operator sets MEMORYHUB_EMBEDDING_REVISION); "
+                        "unchecked (nothing compared yet); failed (the provider did not answer)."
+                    ),
+                )
+                checked_at = serializers.DateTimeField(allow_null=True)
+                changed_since = serializers.DateTimeField(allow_null=True)
+
             provider = serializers.CharField()
             model = serializers.CharField(allow_null=True)
+            revision = serializers.CharField(
+                allow_null=True, help_text="MEMORYHUB_EMBEDDING_REVISION: the operator's name for the model's version (null: none)."
+            )
             dimensions = serializers.IntegerField(allow_null=True)
             vector_search = serializers.BooleanField()
             chosen = serializers.ChoiceField(
@@ -64,6 +80,7 @@ class AgentStatusApi(APIView):
                     "known by name, measured by a worker; unmeasured: not measured yet (the provider did not answer), 220 meanwhile."
                 ),
             )
+            model_check = ModelCheckSerializer()
 
         agent = serializers.CharField()
         files = serializers.IntegerField()

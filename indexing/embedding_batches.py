@@ -312,7 +312,7 @@ def embedding_batch_submit(*, provider, agent_id: int, job_id: int, texts: dict[
     for start in range(0, len(keys), size):
         part = keys[start : start + size]
         row = EmbeddingBatch.objects.create(
-            job_id=job_id, agent_id=agent_id, provider=identity.provider, model=identity.model,
+            job_id=job_id, agent_id=agent_id, provider=identity.provider, model=identity.model_version,
             dimensions=identity.dimensions, text_hashes=part, file_ids=sorted(file_ids), inputs=len(part),
         )
         try:
@@ -366,7 +366,7 @@ def embedding_batches_collect(*, now: datetime | None = None) -> CollectOutcome:
         outcome.polled += 1
         provider = get_provider()
         identity = provider.identity if provider is not None else None
-        if identity is None or (identity.provider, identity.model, identity.dimensions) != (batch.provider, batch.model, batch.dimensions):
+        if identity is None or (identity.provider, identity.model_version, identity.dimensions) != (batch.provider, batch.model, batch.dimensions):
             # The configured model changed: these vectors would not be searched. The job reruns under
             # the new identity (maintenance re-embeds the rest).
             _batch_finish(batch=batch, poll=BatchPoll(status="abandoned", finished=True, failed="the embedding model changed since the batch was sent"), identity=None, now=now, outcome=outcome)

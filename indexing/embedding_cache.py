@@ -1,6 +1,7 @@
 """Embed texts through the cache: each distinct text is embedded once per index identity and agent.
 
-The cache is keyed by (provider, model, dimensions, whose cache, sha256 of the text); it stores no text.
+The cache is keyed by (provider, model and its revision, dimensions, whose cache, sha256 of the text); it
+stores no text.
 Each agent has a cache of its own (MEMORYHUB_EMBEDDING_CACHE_SCOPE=agent): a cache shared by agents
 answers "has any agent indexed this text?" to whoever uploads it and reads the job's ``cache_hits`` (or
 times it). ``shared`` keeps one cache for every agent. ``embed_texts`` looks every text up, embeds only
@@ -46,7 +47,7 @@ def cache_scope(agent_id: int) -> int:
 def cache_row(*, identity, agent_id: int, digest: str, vector: Vector) -> EmbeddingCache:
     """A new cache row: ``vector`` of the text hashed ``digest``, in this agent's cache."""
     return EmbeddingCache(
-        provider=identity.provider, model=identity.model, dimensions=identity.dimensions,
+        provider=identity.provider, model=identity.model_version, dimensions=identity.dimensions,
         agent_scope=cache_scope(agent_id), text_hash=digest, embedding=vector,
     )
 
@@ -56,7 +57,7 @@ def cached_vectors(*, identity, agent_id: int, digests: list[str]) -> dict[str, 
     misses are absent)."""
     found: dict[str, Vector] = {}
     cache = EmbeddingCache.objects.filter(
-        provider=identity.provider, model=identity.model, dimensions=identity.dimensions, agent_scope=cache_scope(agent_id)
+        provider=identity.provider, model=identity.model_version, dimensions=identity.dimensions, agent_scope=cache_scope(agent_id)
     )
     for start in range(0, len(digests), _LOOKUP_BATCH):
         for digest, embedding in cache.filter(text_hash__in=digests[start : start + _LOOKUP_BATCH]).values_list(

@@ -198,7 +198,7 @@ class EmbeddingCache(models.Model):
     a text it guesses. ``shared`` puts every agent's rows in one cache (``agent_scope`` 0)."""
 
     provider = models.CharField(max_length=32)
-    model = models.CharField(max_length=200)
+    model = models.CharField(max_length=200)  # with its revision: EmbeddingIdentity.model_version
     dimensions = models.PositiveSmallIntegerField()
     # The agent whose cache the row is in (its id; no foreign key: the agent's deletion removes its rows
     # in batches, agents/deletion.py), or 0 for the shared cache.
@@ -240,6 +240,37 @@ class EmbeddingWindow(models.Model):
         return f"{self.identity} at {self.endpoint or 'the default endpoint'}: {self.tokens} tokens"
 
 
+class EmbeddingModelCheck(models.Model):
+    """The last check that the model behind the configured name still gives the index's vectors
+    (indexing/model_check.py), one row per identity and endpoint."""
+
+    identity = models.CharField(max_length=255, help_text="provider:model:dimensions")
+    endpoint = models.CharField(max_length=500, blank=True, help_text="The provider's base URL, if set.")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="The last check, whether it could compare or not.")
+    compared = models.PositiveIntegerField(default=0, help_text="Chunks whose vector the last comparison embedded again.")
+    differed = models.PositiveIntegerField(default=0, help_text="Of those, chunks whose stored vector another model made.")
+    lowest_similarity = models.FloatField(null=True, blank=True, help_text="The lowest cosine similarity of a new vector with its stored one.")
+    changed_since = models.DateTimeField(
+        null=True, blank=True, help_text="The first check of the change the last comparison found; empty when it found none."
+    )
+    error = models.TextField(blank=True, help_text="Why the last check could not compare (the provider failed).")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["identity", "endpoint"], name="embeddingmodelcheck_identity_uniq")]
+
+    @property
+    def state(self) -> str:
+        """"changed", "same", "failed" (never compared: the provider failed) or "unchecked"."""
+        if self.differed:
+            return "changed"
+        if self.compared:
+            return "same"
+        return "failed" if self.error else "unchecked"
+
+    def __str__(self) -> str:
+        return f"{self.identity} at {self.endpoint or 'the default endpoint'}: {self.state}"
+
+
 class EmbeddingBatch(models.Model):
     """Texts of one indexing pass sent to a provider's asynchronous batch API (OpenAI /v1/batches,
     Gemini asyncBatchEmbedContent) at half the price, collected later by the periodic task
@@ -259,7 +290,7 @@ class EmbeddingBatch(models.Model):
     )
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="embedding_batches", db_index=False)
     provider = models.CharField(max_length=32)
-    model = models.CharField(max_length=200)
+    model = models.CharField(max_length=200)  # with its revision: EmbeddingIdentity.model_version
     dimensions = models.PositiveSmallIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.SUBMITTING)
     remote_id = models.CharField(max_length=255, blank=True, help_text="The provider's batch id.")

@@ -10,6 +10,7 @@ from agents.models import LIVE, Agent, AgentToken, MemoryGrant
 from indexing.embedding_batches import UNFINISHED as BATCHES_UNFINISHED, batches_in_flight
 from indexing.embedding_identity import configured_identity, provider_chosen
 from indexing.models import Chunk, EmbeddingBatch, EmbeddingCache, IndexJob, MemoryFile
+from indexing.model_check import model_check_state
 from indexing.window_probe import model_window_source
 from memoryhub.domain import NotFound
 
@@ -45,11 +46,13 @@ def agent_index_status(*, agent: Agent) -> dict:
         "embedding": {
             "provider": identity.provider,
             "model": identity.model or None,
+            "revision": identity.revision or None,
             "dimensions": identity.dimensions,
             "vector_search": identity.has_vectors,
             "chosen": provider_chosen(),
             "window": window if identity.has_vectors else None,
             "window_source": window_source,
+            "model_check": model_check_state(),
         },
         "embedding_batches": batches,
         "memory_words": memory_words_counts(agent_id=agent.pk, identity_key=identity.key),

@@ -105,6 +105,16 @@ def embedding_batches_collect_task() -> dict:
     return {"polled": outcome.polled, "collected": outcome.collected, "jobs_queued": outcome.jobs_queued}
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def model_check_task() -> dict:
+    """Periodic (CELERY_BEAT_SCHEDULE, MEMORYHUB_EMBEDDING_CHECK_INTERVAL): whether the model behind the
+    configured name still gives the index's vectors (indexing/model_check.py)."""
+    from indexing.model_check import model_check
+
+    outcome = model_check()
+    return {"state": outcome.state, "compared": outcome.compared, "differed": outcome.differed}
+
+
 @worker_ready.connect
 def _recover_when_a_worker_starts(sender=None, **kwargs) -> None:
     # Whatever a previous worker left (the outbox, files whose lease ran out) is sent on at once,

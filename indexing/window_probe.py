@@ -142,7 +142,7 @@ def window_measure(provider) -> int | None:
         return None
     limit = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
     try:
-        read, cut = probe(_probe_retries(provider), limit=limit)
+        read, cut = probe(tried_once(provider), limit=limit)
     except (ProviderError, ProbeFailed) as exc:
         logger.warning("could not measure the window of %s (%s); chunks hold %d tokens meanwhile", key[0], exc, UNMEASURED_WINDOW)
         with _cache_lock:
@@ -158,12 +158,13 @@ def window_measure(provider) -> int | None:
     return row.tokens
 
 
-def _probe_retries(provider):
+def tried_once(provider):
     """``provider`` trying each request once, but for a rate limit: the probe runs before the file is
     chunked, so a provider that hangs or fails may cost the indexing one request timeout
     (MEMORYHUB_EMBEDDING_TIMEOUT), not the provider's retries (MEMORYHUB_EMBEDDING_MAX_RETRIES, up to
     about 6 minutes with the defaults); the next job after PROBE_RETRY_SECONDS tries again. A 429 is
-    tried again PROBE_RATE_LIMIT_RETRIES times, at most PROBE_RATE_LIMIT_WAIT seconds apart."""
+    tried again PROBE_RATE_LIMIT_RETRIES times, at most PROBE_RATE_LIMIT_WAIT seconds apart. The model
+    check (indexing/model_check.py) asks the same way: the next check tries again."""
     from indexing.embeddings import RetryPolicy
 
     if getattr(provider, "retry", None) is None:
@@ -269,9 +270,14 @@ def _probe_text(tokens: int) -> str:
 
 
 def _same(a, b) -> bool:
+    return cosine(a, b) >= SAME
+
+
+def cosine(a, b) -> float:
+    """The cosine similarity of two vectors (0 when either is all zeros)."""
     dot = sum(x * y for x, y in zip(a, b))
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return norm > 0 and dot / norm >= SAME
+    return dot / norm if norm else 0.0
 
 
 def _key() -> tuple[str, str]:

@@ -5,6 +5,7 @@ A bad value stops the process at start-up with a message naming the variable (se
 
 import importlib.util
 import ipaddress
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -320,6 +321,13 @@ MEMORYHUB_EMBEDDING_DIMENSIONS = env_int(
 )
 if MEMORYHUB_EMBEDDING_PROVIDER != "none" and MEMORYHUB_EMBEDDING_DIMENSIONS is None:
     raise ImproperlyConfigured("MEMORYHUB_EMBEDDING_DIMENSIONS must be set for this provider")
+# The model's revision, part of the index identity: set it (or change it) when the model behind
+# MEMORYHUB_EMBEDDING_MODEL changed while its name stayed (a server redeployed with another model under
+# the same name, a moved tag): every chunk is embedded again, and no vector of the old model is taken from
+# the embedding cache. The periodic model check (MEMORYHUB_EMBEDDING_CHECK_INTERVAL) finds such a change.
+MEMORYHUB_EMBEDDING_REVISION = env_str("MEMORYHUB_EMBEDDING_REVISION").strip()
+if not re.fullmatch(r"[A-Za-z0-9._-]{0,40}", MEMORYHUB_EMBEDDING_REVISION):
+    raise ImproperlyConfigured("MEMORYHUB_EMBEDDING_REVISION may hold up to 40 letters, digits, '.', '_' and '-'")
 
 # --- Chunking ------------------------------------------------------------------------------------
 MEMORYHUB_CHUNK_TOKENS = env_int("MEMORYHUB_CHUNK_TOKENS", 400, minimum=32, maximum=8000)
@@ -444,6 +452,16 @@ CELERY_BEAT_SCHEDULE["indexing-embedding-batches"] = {
     "schedule": float(MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL),
     "options": {"expires": float(MEMORYHUB_EMBEDDING_BATCH_API_POLL_INTERVAL)},
 }
+# Seconds between two checks that the model still gives the index's vectors: a few chunks' texts are
+# embedded again and compared with their stored vectors (indexing/model_check.py; one small request).
+# A model changed behind its name is logged as an error and shown in the admin and in `status`. 0: never.
+MEMORYHUB_EMBEDDING_CHECK_INTERVAL = env_int("MEMORYHUB_EMBEDDING_CHECK_INTERVAL", 3600, minimum=0)
+if MEMORYHUB_EMBEDDING_CHECK_INTERVAL:
+    CELERY_BEAT_SCHEDULE["indexing-model-check"] = {
+        "task": "indexing.tasks.model_check_task",
+        "schedule": float(MEMORYHUB_EMBEDDING_CHECK_INTERVAL),
+        "options": {"expires": float(MEMORYHUB_EMBEDDING_CHECK_INTERVAL)},
+    }
 
 # --- Search (search) -----------------------------------------------------------------------------
 # How the two halves are fused (search/fusion.py): adaptive (minmax with each weight multiplied by

@@ -33,6 +33,8 @@ def start_django(**env) -> subprocess.CompletedProcess:
         ("DATABASE_URL", "mysql://localhost/memoryhub"),
         ("DATABASE_REPLICA_URLS", "postgres://r1/memoryhub,mysql://r2/memoryhub"),
         ("DATABASE_REPLICA_MAX_LAG_SECONDS", "-1"),
+        ("MEMORYHUB_EMBEDDING_REVISION", "v2; DROP"),
+        ("MEMORYHUB_EMBEDDING_CHECK_INTERVAL", "-1"),
     ],
 )
 def test_a_bad_value_fails_at_start_up_naming_the_variable(variable, value):
@@ -154,3 +156,21 @@ def test_the_services_connections_plan_each_run_of_a_prepared_statement_for_its_
     assert _connected_settings(DATABASE_URL=url, DATABASE_REPLICA_URLS="", MEMORYHUB_DB_FORCE_CUSTOM_PLANS="0") == {
         "default": ["auto", "public"],
     }
+
+
+def test_the_model_check_runs_on_its_interval_and_not_at_all_when_it_is_0():
+    code = (
+        "import django, json; django.setup(); from django.conf import settings; "
+        "entry = settings.CELERY_BEAT_SCHEDULE.get('indexing-model-check'); "
+        "print(json.dumps(entry and [entry['task'], entry['schedule']]))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "memoryhub.settings", **env},
+        )
+        for env in ({}, {"MEMORYHUB_EMBEDDING_CHECK_INTERVAL": "600"}, {"MEMORYHUB_EMBEDDING_CHECK_INTERVAL": "0"})
+    ]
+    assert [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs] == [
+        ["indexing.tasks.model_check_task", 3600.0], ["indexing.tasks.model_check_task", 600.0], None
+    ], [run.stderr for run in runs]

@@ -9,6 +9,9 @@ request is answered ``ok``), an HTTP status (``429``,
 ``no_data``, ``one_vector_short`` (a vector fewer than inputs), ``nan`` and ``wrong_size`` (the first
 vector one value too long).
 
+``swapped`` stands for another model served under the same name: every vector comes out reversed, so
+it has nothing in common with the one the same text had before.
+
 ``words`` makes the model read only the first ``words`` words of each input (a model's window, cut without a
 word, as sentence-transformers servers do), or with ``refuse_longer`` answer 413 for a longer input, as
 servers that do not truncate do.
@@ -37,6 +40,8 @@ class FlakyEmbeddings:
         self.requests = 0
         self.words: int | None = None
         self.refuse_longer = False
+        self.swapped = False
+        self.texts = 0  # inputs answered
         self.stopping = threading.Event()
         self.released = threading.Event()
         self.hanging = 0  # requests waiting in a hang right now
@@ -74,6 +79,10 @@ class FlakyEmbeddings:
                         return
                     inputs = [" ".join(text.split()[: server.words]) for text in inputs]
                 vectors = [server.vectors._vector(text) for text in inputs]
+                if server.swapped:
+                    vectors = [vector[::-1] for vector in vectors]
+                with server.lock:
+                    server.texts += len(inputs)
                 if behaviour == "one_vector_short":
                     vectors = vectors[:-1]
                 elif behaviour == "nan":

@@ -104,6 +104,14 @@ export interface Status {
     /** cl100k tokens a chunk may hold (null without vectors); measured for a model not known by name. */
     window?: number | null;
     window_source?: "settings" | "measured" | "unmeasured";
+    /** MEMORYHUB_EMBEDDING_REVISION, the operator's name for the model's version (null: none). */
+    revision?: string | null;
+    /** The last check that the model behind the name still gives the index's vectors. */
+    model_check?: {
+      state: "same" | "changed" | "unchecked" | "failed";
+      checked_at: string | null;
+      changed_since: string | null;
+    };
   };
   /** Batches of this agent's texts in flight at the provider's batch API (half price, up to 24 h). */
   embedding_batches: {

@@ -1,0 +1,161 @@
+"""Whether the model behind the configured name still gives the index's vectors: a few chunks' texts are
+embedded again and compared with the vectors stored for them.
+
+A vector is comparable only with vectors of the same model. The index identity (provider, model name,
+dimensions, revision: indexing/embedding_identity.py) names the model that made each vector, but a name
+can stay while the model behind it changes: an OpenAI-compatible server redeployed with another model
+under the same served name, an Ollama tag moved to a new build. Nothing fails then. Queries are embedded
+by the new model and compared with the old model's vectors, and the vector half of every search ranks
+by noise; new files' vectors, and the embedding cache's answers for old texts, mix the two models.
+
+**The check** (every MEMORYHUB_EMBEDDING_CHECK_INTERVAL seconds on the worker, or `manage.py
+embedding_model_check`) picks up to SAMPLE_FILES indexed files at random places in the file table, and of
+each the first chunk that holds a vector of the configured identity. The first chunk of a file starts
+at its first line, so what was embedded for it is its text alone (a later chunk may have had the file's
+title in front: indexing/services.py chunk_indexed_text); a chunk whose text does not give its
+``text_hash`` is left out, so the model reads exactly what it read before. The texts go in one
+request, and each new vector is compared with the stored one. The same model gives the same vector: a
+provider's batching and hardware move it by about 1e-6 in cosine similarity. A stored vector whose
+similarity is below SAME_MODEL was made by a model other than the one answering now.
+
+The outcome is stored per identity and endpoint (EmbeddingModelCheck, listed in the admin for
+superusers) and shown in every agent's ``status`` (``embedding.model_check``); a change is logged as an
+error at each check until it is resolved. The remedy is the operator's: set MEMORYHUB_EMBEDDING_REVISION
+to a new value and restart. The identity is new then, so maintenance embeds every chunk again and the
+cache answers nothing from the old model. The check does not do that itself: embedding a whole index
+again costs what indexing it did, and the operator may prefer to put the old model back.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from indexing.embedding_cache import text_hash
+from indexing.embedding_identity import configured_identity
+from indexing.embeddings import ProviderError, ProviderInputsRejected, get_provider, provider_base_url
+from indexing.models import EmbeddingModelCheck
+from indexing.tables import CHUNK, FILE
+from indexing.window_probe import cosine, tried_once
+
+logger = logging.getLogger(__name__)
+
+# Files sampled per check: one request of at most this many chunks (each within the model's window).
+SAMPLE_FILES = 8
+# Cosine similarity at or above which a stored vector is the model's own. The same model gives
+# 0.99999 or more; an updated build of a model, or another model, gives far less. A quantised copy of
+# the same weights (0.98-0.995) counts as the same: its vectors still rank together.
+SAME_MODEL = 0.95
+
+_FILE_AT_SQL = f"""
+SELECT agent_id, id FROM {FILE}
+WHERE id >= %s AND indexed_at IS NOT NULL
+ORDER BY id LIMIT 1
+"""
+_FIRST_VECTOR_CHUNK_SQL = f"""
+SELECT text, text_hash, embedding::text FROM {CHUNK}
+WHERE agent_id = %s AND file_id = %s AND embedding_identity = %s AND embedding IS NOT NULL
+ORDER BY ordinal LIMIT 1
+"""
+
+
+@dataclass
+class ModelCheckOutcome:
+    state: str  # "same", "changed", "unchecked" (nothing to compare), "failed" (the provider did not answer)
+    compared: int = 0
+    differed: int = 0
+    lowest_similarity: float | None = None
+    error: str = ""
+
+
+def model_check(provider=None) -> ModelCheckOutcome:
+    """Check the configured model against the index now, and store the outcome (module docstring)."""
+    identity = configured_identity()
+    provider = provider or get_provider()
+    if provider is None or provider.identity != identity:
+        return ModelCheckOutcome(state="unchecked")
+    sample = _sample(identity.key)
+    if not sample:
+        return _store(ModelCheckOutcome(state="unchecked"))
+    texts = [text for text, _ in sample]
+    try:
+        vectors = list(tried_once(provider).embed_documents(texts))
+    except ProviderInputsRejected as exc:
+        vectors = list(exc.vectors)
+    except ProviderError as exc:
+        logger.warning("could not check the embedding model %s: %s", identity.key, exc)
+        return _store(ModelCheckOutcome(state="failed", error=str(exc)[:500]))
+    similarities = [cosine(new, stored) for new, (_, stored) in zip(vectors, sample) if new is not None]
+    if not similarities:
+        return _store(ModelCheckOutcome(state="unchecked"))
+    differed = sum(1 for similarity in similarities if similarity < SAME_MODEL)
+    outcome = ModelCheckOutcome(
+        state="changed" if differed else "same", compared=len(similarities), differed=differed,
+        lowest_similarity=min(similarities),
+    )
+    if differed:
+        logger.error(
+            "the embedding model %s no longer gives the index's vectors: %d of %d chunks checked were embedded by "
+            "another model (lowest cosine similarity %.3f). If the model behind the name changed, set "
+            "MEMORYHUB_EMBEDDING_REVISION to a new value and restart: every chunk is embedded again.",
+            identity.key, differed, len(similarities), outcome.lowest_similarity,
+        )
+    return _store(outcome)
+
+
+def model_check_state() -> dict:
+    """The last check of the configured identity, for ``status``: its state and when it ran."""
+    identity = configured_identity()
+    if not identity.has_vectors:
+        return {"state": "unchecked", "checked_at": None, "changed_since": None}
+    row = EmbeddingModelCheck.objects.filter(identity=identity.key, endpoint=_endpoint()).first()
+    if row is None:
+        return {"state": "unchecked", "checked_at": None, "changed_since": None}
+    return {"state": row.state, "checked_at": row.checked_at, "changed_since": row.changed_since}
+
+
+def _sample(identity_key: str) -> list[tuple[str, list[float]]]:
+    """(embedded text, stored vector) of the first vector chunk of up to SAMPLE_FILES files at random
+    places of the file table (an index scan each, whatever the table's size)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT min(id), max(id) FROM {FILE}")
+        low, high = cursor.fetchone()
+        if low is None:
+            return []
+        sample: dict[tuple[int, int], tuple[str, list[float]]] = {}
+        for start in sorted(random.randint(low, high) for _ in range(SAMPLE_FILES)):
+            cursor.execute(_FILE_AT_SQL, [start])
+            found = cursor.fetchone()
+            if found is None or found in sample:
+                continue
+            cursor.execute(_FIRST_VECTOR_CHUNK_SQL, [*found, identity_key])
+            chunk = cursor.fetchone()
+            if chunk is None:
+                continue
+            text, digest, stored = chunk
+            if text_hash(text) == digest:  # else a title was embedded in front of it: left out
+                sample[found] = (text, [float(v) for v in stored.strip("[]").split(",")])
+    return list(sample.values())
+
+
+def _store(outcome: ModelCheckOutcome) -> ModelCheckOutcome:
+    """Write the outcome on the identity's row. A check that could not compare keeps the last comparison
+    (and a change it found) and records why."""
+    now = timezone.now()
+    row, _ = EmbeddingModelCheck.objects.get_or_create(identity=configured_identity().key, endpoint=_endpoint())
+    row.checked_at, row.error = now, outcome.error
+    if outcome.state in ("same", "changed"):
+        row.compared, row.differed, row.lowest_similarity = outcome.compared, outcome.differed, outcome.lowest_similarity
+        row.changed_since = (row.changed_since or now) if outcome.differed else None
+    row.save()
+    return outcome
+
+
+def _endpoint() -> str:
+    return provider_base_url(settings.MEMORYHUB_EMBEDDING_PROVIDER)
+
