@@ -14,9 +14,9 @@ each the first chunk that holds a vector of the configured identity. The first c
 at its first line, so what was embedded for it is its text alone (a later chunk may have had the file's
 title in front: indexing/services.py chunk_indexed_text); a chunk whose text does not give its
 ``text_hash`` is left out, so the model reads exactly what it read before. The texts go in one
-request, and each new vector is compared with the stored one. The same model gives the same vector: a
-provider's batching and hardware move it by about 1e-6 in cosine similarity. A stored vector whose
-similarity is below SAME_MODEL was made by a model other than the one answering now.
+request, and each new vector is compared with the stored one. The same model gives the same vector (to
+within 1e-6 in the checks SAME_MODEL cites); a stored vector whose similarity is below SAME_MODEL was
+made by a model other than the one answering now.
 
 The outcome is stored per identity and endpoint (EmbeddingModelCheck, listed in the admin for
 superusers) and shown in every agent's ``status`` (``embedding.model_check``); a change is logged as an
@@ -47,9 +47,11 @@ logger = logging.getLogger(__name__)
 
 # Files sampled per check: one request of at most this many chunks (each within the model's window).
 SAMPLE_FILES = 8
-# Cosine similarity at or above which a stored vector is the model's own. The same model gives
-# 0.99999 or more; an updated build of a model, or another model, gives far less. A quantised copy of
-# the same weights (0.98-0.995) counts as the same: its vectors still rank together.
+# Cosine similarity at or above which a stored vector is the model's own. The same model gave 1 to
+# within 1e-6: the tests' server, and all-MiniLM-L6-v2 with a text embedded alone and in a batch of 8
+# (1 - 3e-13, 2026-11-28). Another model gave about 0 (the fake provider's vectors against MiniLM's:
+# -0.03, docs/providers.md). The margin leaves room for a provider whose vectors move a little from call
+# to call; how far a quantised copy of the same weights moves was not measured.
 SAME_MODEL = 0.95
 
 _FILE_AT_SQL = f"""
@@ -111,10 +113,8 @@ def model_check(provider=None) -> ModelCheckOutcome:
 def model_check_state() -> dict:
     """The last check of the configured identity, for ``status``: its state and when it ran."""
     identity = configured_identity()
-    if not identity.has_vectors:
-        return {"state": "unchecked", "checked_at": None, "changed_since": None}
-    row = EmbeddingModelCheck.objects.filter(identity=identity.key, endpoint=_endpoint()).first()
-    if row is None:
+    row = identity.has_vectors and EmbeddingModelCheck.objects.filter(identity=identity.key, endpoint=_endpoint()).first()
+    if not row:
         return {"state": "unchecked", "checked_at": None, "changed_since": None}
     return {"state": row.state, "checked_at": row.checked_at, "changed_since": row.changed_since}
 
