@@ -96,14 +96,15 @@ def test_a_new_revision_embeds_every_chunk_again_without_the_old_models_cache(no
     call_command("embedding_model_check")  # exits 0
 
 
-def test_a_provider_that_fails_keeps_the_last_finding_and_says_why(notes, server):
+def test_a_provider_that_fails_keeps_the_last_finding_and_says_why(notes, server, settings):
     server.swapped = True
     assert model_check().state == "changed"
     server.behaviour = "500"
+    settings.MEMORYHUB_EMBEDDING_MAX_RETRIES = 5
     requests = server.requests
     outcome = model_check()
     assert outcome.state == "failed" and "500" in outcome.error
-    assert server.requests == requests + 1  # tried once: the next check tries again
+    assert server.requests == requests + 1  # tried once, not 6 times: the next check tries again
     row = EmbeddingModelCheck.objects.get()
     assert row.state == "changed" and row.error  # what the last comparison found stands
 
@@ -150,3 +151,14 @@ def test_the_periodic_task_reports_the_check(notes, server, settings):
     server.swapped = True
     result = model_check_task()
     assert result["state"] == "changed" and result["differed"] == result["compared"] >= 1
+
+
+def test_a_provider_that_hangs_costs_the_check_one_request_timeout(notes, server, settings):
+    settings.MEMORYHUB_EMBEDDING_TIMEOUT, settings.MEMORYHUB_EMBEDDING_MAX_RETRIES = 1.0, 5
+    server.behaviour = "hang"
+    requests = server.requests
+    outcome = model_check()
+    server.release()
+    assert outcome.state == "failed" and outcome.error
+    assert server.requests == requests + 1  # the provider's 5 retries are not spent: the next check tries again
+    assert EmbeddingModelCheck.objects.get().state == "failed"
