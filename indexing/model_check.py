@@ -20,7 +20,10 @@ made by a model other than the one answering now.
 
 The outcome is stored per identity and endpoint (EmbeddingModelCheck, listed in the admin for
 superusers) and shown in every agent's ``status`` (``embedding.model_check``); a change is logged as an
-error at each check until it is resolved. The remedy is the operator's: set MEMORYHUB_EMBEDDING_REVISION
+error at each check until it is resolved. When the last comparison found *every* chunk it compared
+embedded by another model (``vectors_paused``), searches leave the vector half out and answer by
+keywords, saying why: a query embedded by one model, compared with another model's vectors, ranks by
+noise. An index where some chunks still match (vectors written since the change) keeps its vector half. The remedy is the operator's: set MEMORYHUB_EMBEDDING_REVISION
 to a new value and restart. The identity is new then, so maintenance embeds every chunk again and the
 cache answers nothing from the old model. The check does not do that itself: embedding a whole index
 again costs what indexing it did, and the operator may prefer to put the old model back.
@@ -30,10 +33,12 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from indexing.embedding_cache import text_hash
@@ -53,6 +58,12 @@ SAMPLE_FILES = 8
 # -0.03, docs/providers.md). The margin leaves room for a provider whose vectors move a little from call
 # to call; how far a quantised copy of the same weights moves was not measured.
 SAME_MODEL = 0.95
+
+# A process reads the last check again after this many seconds (searches ask it for every query).
+PAUSE_RECHECK_SECONDS = 60.0
+
+_paused: dict[tuple[str, str], tuple[str | None, float]] = {}  # (identity, endpoint) -> (why, read at)
+_paused_lock = threading.Lock()
 
 _FILE_AT_SQL = f"""
 SELECT agent_id, id FROM {FILE}
@@ -119,6 +130,44 @@ def model_check_state() -> dict:
     return {"state": row.state, "checked_at": row.checked_at, "changed_since": row.changed_since}
 
 
+def vectors_paused(identity) -> str | None:
+    """Why searches should leave the vector half out, or None: the last check of ``identity`` found every
+    chunk it compared embedded by another model. Read from the database at most every
+    PAUSE_RECHECK_SECONDS per process; a database that does not answer pauses nothing (the search's own
+    queries meet that error anyway)."""
+    key = (identity.key, _endpoint())
+    with _paused_lock:
+        cached = _paused.get(key)
+    if cached is not None and time.monotonic() - cached[1] < PAUSE_RECHECK_SECONDS:
+        return cached[0]
+    try:
+        row = EmbeddingModelCheck.objects.filter(identity=key[0], endpoint=key[1]).first()
+    except DatabaseError:
+        row = None  # asked again after PAUSE_RECHECK_SECONDS, not at every search
+    _remember(key, row)
+    return _paused_reason(row)
+
+
+def model_check_cache_clear() -> None:
+    """Forget the checks this process read (tests)."""
+    with _paused_lock:
+        _paused.clear()
+
+
+def _paused_reason(row) -> str | None:
+    if row is None or not row.compared or row.differed < row.compared:
+        return None
+    return (
+        f"The embedding model behind {row.identity} no longer gives the index's vectors (found "
+        f"{row.changed_since:%Y-%m-%d %H:%M} UTC): vector search waits until the index is embedded again."
+    )
+
+
+def _remember(key: tuple[str, str], row) -> None:
+    with _paused_lock:
+        _paused[key] = (_paused_reason(row), time.monotonic())
+
+
 def _sample(identity_key: str) -> list[tuple[str, list[float]]]:
     """(embedded text, stored vector) of the first vector chunk of up to SAMPLE_FILES files at random
     places of the file table (an index scan each, whatever the table's size)."""
@@ -153,6 +202,7 @@ def _store(outcome: ModelCheckOutcome) -> ModelCheckOutcome:
         row.compared, row.differed, row.lowest_similarity = outcome.compared, outcome.differed, outcome.lowest_similarity
         row.changed_since = (row.changed_since or now) if outcome.differed else None
     row.save()
+    _remember((row.identity, row.endpoint), row)  # this process's searches follow at once
     return outcome
 
 

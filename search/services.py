@@ -605,11 +605,14 @@ def _embed_for_search(
 ) -> tuple[list[list[float]] | None, str]:
     """(the query's vectors, then those of ``words``, "") or (None, the reason vector search cannot run)."""
     from indexing.embeddings import get_provider
+    from indexing.model_check import vectors_paused
 
     if not identity.has_vectors:
         return None, "Vector search is off (embedding provider 'none')."
     if not has_vectors:
         return None, f"No chunk of this agent is embedded with {identity.key} yet."
+    if (paused := vectors_paused(identity)) is not None:
+        return None, paused
     if deadline.expired:  # not the provider's fault: the breaker must not count it
         return None, "The search ran out of time before the query could be embedded."
     try:

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from indexing.embedding_identity import EmbeddingIdentity
 from indexing.embeddings import FakeProvider
 from indexing.maintenance import index_maintenance
-from indexing.model_check import SAMPLE_FILES, model_check
+from indexing.model_check import SAMPLE_FILES, model_check, model_check_cache_clear
 from indexing.models import Chunk, EmbeddingCache, EmbeddingModelCheck
 from indexing.writes import file_ingest
 from tests.reliability.flaky_embeddings import FlakyEmbeddings, use_flaky_provider
@@ -25,11 +25,19 @@ NOTES = {
 
 @pytest.fixture
 def server(settings):
+    model_check_cache_clear()
     with FlakyEmbeddings(dimensions=16) as flaky:
         use_flaky_provider(settings, flaky)
         settings.MEMORYHUB_EMBEDDING_WINDOW_PROBE = False
         settings.MEMORYHUB_EMBEDDING_MAX_RETRIES = 0
         yield flaky
+    model_check_cache_clear()
+
+
+def _search(member) -> dict:
+    response = member.client.post("/api/v1/search", {"query": "seed packets for the garden"}, format="json")
+    assert response.status_code == 200
+    return response.json()
 
 
 @pytest.fixture
@@ -69,10 +77,15 @@ def test_a_model_swapped_behind_the_same_name_is_found_and_shown(notes, server, 
     assert EmbeddingModelCheck.objects.get().changed_since == first.changed_since
     with pytest.raises(CommandError, match="MEMORYHUB_EMBEDDING_REVISION"):
         call_command("embedding_model_check")
+    # Searches leave the vector half out meanwhile, and say why.
+    found = _search(notes)
+    assert found["mode"] == "keyword" and "no longer gives the index's vectors" in found["message"]
+    assert found["results"]  # the keyword half still answers
     # The old model back behind the name: the next check finds the index's vectors again.
     server.swapped = False
     assert model_check().state == "same"
     assert EmbeddingModelCheck.objects.get().changed_since is None
+    assert _search(notes)["mode"] == "hybrid"
 
 
 def test_a_new_revision_embeds_every_chunk_again_without_the_old_models_cache(notes, server, settings, indexed):
@@ -94,6 +107,7 @@ def test_a_new_revision_embeds_every_chunk_again_without_the_old_models_cache(no
     assert status["revision"] == "2" and status["model_check"]["state"] == "unchecked"
     assert model_check().state == "same"  # the index is the new model's now
     call_command("embedding_model_check")  # exits 0
+    assert _search(notes)["mode"] == "hybrid"
 
 
 def test_a_provider_that_fails_keeps_the_last_finding_and_says_why(notes, server, settings):
@@ -162,3 +176,30 @@ def test_a_provider_that_hangs_costs_the_check_one_request_timeout(notes, server
     assert outcome.state == "failed" and outcome.error
     assert server.requests == requests + 1  # the provider's 5 retries are not spent: the next check tries again
     assert EmbeddingModelCheck.objects.get().state == "failed"
+
+
+def test_an_index_where_some_chunks_still_match_keeps_its_vector_half(notes, server, settings):
+    """Vectors written since the change match the model answering now: the vector half finds those, so it
+    is left on; only an index none of whose checked chunks matches has it paused."""
+    identity = f"openai:{settings.MEMORYHUB_EMBEDDING_MODEL}:16"
+    EmbeddingModelCheck.objects.create(identity=identity, endpoint=server.base_url, compared=8, differed=5)
+    model_check_cache_clear()
+    assert EmbeddingModelCheck.objects.get().state == "changed"
+    assert _search(notes)["mode"] == "hybrid"
+    EmbeddingModelCheck.objects.update(differed=8, changed_since="2026-11-28T21:00:00Z")
+    model_check_cache_clear()
+    assert _search(notes)["mode"] == "keyword"
+
+
+def test_superusers_see_the_checks_in_the_admin_and_operators_do_not(notes, server, client):
+    from django.contrib.auth.models import User
+
+    server.swapped = True
+    model_check()
+    client.force_login(User.objects.create_user("operator", password="pw", is_staff=True))
+    assert client.get("/admin/indexing/embeddingmodelcheck/").status_code == 403
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/indexing/embeddingmodelcheck/")
+    assert page.status_code == 200 and b"changed" in page.content and server.base_url.encode() in page.content
+    row = EmbeddingModelCheck.objects.get()
+    assert client.get(f"/admin/indexing/embeddingmodelcheck/{row.pk}/change/").status_code == 200

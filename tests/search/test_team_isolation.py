@@ -10,7 +10,7 @@ from django.test import Client
 
 from agents.models import AgentToken, AuditEvent, MemoryGrant
 from agents.services import memory_grant_give, memory_grant_revoke
-from indexing.models import EmbeddingBatch, EmbeddingWindow, IndexJob, MemoryFile
+from indexing.models import EmbeddingBatch, EmbeddingModelCheck, EmbeddingWindow, IndexJob, MemoryFile
 from indexing.writes import files_remove
 
 pytestmark = pytest.mark.django_db
@@ -191,6 +191,7 @@ def admin_object_urls(world) -> list[str]:
         ),
         # The deployment's, not a team's: superusers only (no operator here is one).
         "embeddingwindow": EmbeddingWindow.objects.create(identity="openai:red-model:8", tokens=200, read_tokens=230, cut=True),
+        "embeddingmodelcheck": EmbeddingModelCheck.objects.create(identity="openai:red-model:8", compared=8, differed=8),
     }
     registered = {model._meta.model_name for model in admin.site._registry if model not in (User, Group)}
     assert registered <= set(rows), f"a model without an isolation check: {registered - set(rows)}"
