@@ -434,6 +434,20 @@ def test_the_periodic_task_reads_and_embeds_the_words(alice, index_files, settin
     assert result["neighbours_found"] == result["words_embedded"] and result["recounted"] == []
 
 
+def test_a_new_model_revision_embeds_the_words_again(alice, index_files, settings):
+    """MEMORYHUB_EMBEDDING_REVISION (a model changed behind its name, indexing/model_check.py) is a new
+    identity: the words' vectors of the old model are not used, the next run embeds every word again."""
+    from search.tasks import memory_words_task
+
+    index_files(alice, {"memory/office.md": OFFICE})
+    words = memory_words_task()["words_embedded"]
+    assert words > 0 and memory_words_task()["words_embedded"] == 0
+    settings.MEMORYHUB_EMBEDDING_REVISION = "2"
+    assert memory_words_task()["words_embedded"] == words
+    key = f"fake:fake-hash@2:{settings.MEMORYHUB_EMBEDDING_DIMENSIONS}"
+    assert set(MemoryWord.objects.filter(agent=alice.agent).values_list("embedding_identity", flat=True)) == {key}
+
+
 # Committed: an index built in the open transaction over rows it updated (HOT chains) is not used by it.
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_with_many_words_gets_an_hnsw_index_that_the_lookup_uses(alice, bob, index_files, settings):
