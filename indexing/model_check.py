@@ -13,10 +13,12 @@ embedding_model_check`) picks up to SAMPLE_FILES indexed files at random places 
 each the first chunk that holds a vector of the configured identity. The first chunk of a file starts
 at its first line, so what was embedded for it is its text alone (a later chunk may have had the file's
 title in front: indexing/services.py chunk_indexed_text); a chunk whose text does not give its
-``text_hash`` is left out, so the model reads exactly what it read before. The texts go in one
-request, and each new vector is compared with the stored one. The same model gives the same vector (to
-within 1e-6 in the checks SAME_MODEL cites); a stored vector whose similarity is below SAME_MODEL was
-made by a model other than the one answering now.
+``text_hash`` is left out, and so is one longer than MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS (the provider
+would cut it now; it was sent whole when indexed, chunks being never longer than the window then), so
+the model reads exactly what it read before. The texts go in one request, and each new vector is
+compared with the stored one. The same model gives the same vector (to within 1e-6 in the checks
+SAME_MODEL cites); a stored vector whose similarity is below SAME_MODEL was made by a model other than
+the one answering now.
 
 The outcome is stored per identity and endpoint (EmbeddingModelCheck, listed in the admin for
 superusers) and shown in every agent's ``status`` (``embedding.model_check``); a change is logged as an
@@ -72,7 +74,7 @@ ORDER BY id LIMIT 1
 """
 _FIRST_VECTOR_CHUNK_SQL = f"""
 SELECT text, text_hash, embedding::text FROM {CHUNK}
-WHERE agent_id = %s AND file_id = %s AND embedding_identity = %s AND embedding IS NOT NULL
+WHERE agent_id = %s AND file_id = %s AND embedding_identity = %s AND embedding IS NOT NULL AND token_count <= %s
 ORDER BY ordinal LIMIT 1
 """
 
@@ -182,7 +184,7 @@ def _sample(identity_key: str) -> list[tuple[str, list[float]]]:
             found = cursor.fetchone()
             if found is None or found in sample:
                 continue
-            cursor.execute(_FIRST_VECTOR_CHUNK_SQL, [*found, identity_key])
+            cursor.execute(_FIRST_VECTOR_CHUNK_SQL, [*found, identity_key, settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS])
             chunk = cursor.fetchone()
             if chunk is None:
                 continue

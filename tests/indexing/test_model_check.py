@@ -144,6 +144,14 @@ def test_a_chunk_embedded_with_its_files_title_in_front_is_left_out(alice, serve
     assert model_check().state == "unchecked"
 
 
+def test_a_chunk_longer_than_a_window_lowered_since_is_left_out(notes, server, settings):
+    """The provider now cuts a chunk longer than MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS; its stored vector is
+    of the whole text. Compared, the same model would look changed (and pause every search)."""
+    settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS = 5
+    assert Chunk.objects.filter(agent=notes.agent, token_count__gt=5).count() == len(NOTES)
+    assert model_check().state == "unchecked"
+
+
 def test_the_revision_names_the_model_in_the_key_and_the_cache_not_in_requests():
     plain = EmbeddingIdentity("openai", "my-embedder", 384)
     revised = EmbeddingIdentity("openai", "my-embedder", 384, revision="2")
