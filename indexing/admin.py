@@ -333,7 +333,9 @@ class EmbeddingModelCheckAdmin(DeploymentRowAdmin):
     (indexing/model_check.py). "changed": set MEMORYHUB_EMBEDDING_REVISION to a new value and restart, and
     every chunk is embedded again."""
 
-    list_display = ["identity", "endpoint", "state", "checked_at", "compared", "differed", "lowest_similarity", "changed_since"]
+    list_display = [
+        "identity", "endpoint", "state", "checked_at", "compared", "differed", "lowest_similarity", "changed_since",
+    ]
     readonly_fields = [*list_display, "error"]
 
 

@@ -53,8 +53,8 @@ class AgentStatusApi(APIView):
                         "The last check that the model behind the configured name still gives the index's vectors "
                         "(every MEMORYHUB_EMBEDDING_CHECK_INTERVAL): same; changed (another model answers under the "
                         "name: searches answer by keywords while no checked chunk matches, until the operator sets "
-                        "MEMORYHUB_EMBEDDING_REVISION); "
-                        "unchecked (nothing compared yet); failed (the provider did not answer)."
+                        "MEMORYHUB_EMBEDDING_REVISION); unchecked (nothing compared yet); failed (the provider did "
+                        "not answer)."
                     ),
                 )
                 checked_at = serializers.DateTimeField(allow_null=True)
@@ -63,7 +63,8 @@ class AgentStatusApi(APIView):
             provider = serializers.CharField()
             model = serializers.CharField(allow_null=True)
             revision = serializers.CharField(
-                allow_null=True, help_text="MEMORYHUB_EMBEDDING_REVISION: the operator's name for the model's version (null: none)."
+                allow_null=True,
+                help_text="MEMORYHUB_EMBEDDING_REVISION: the operator's name for the model's version (null: none).",
             )
             dimensions = serializers.IntegerField(allow_null=True)
             vector_search = serializers.BooleanField()

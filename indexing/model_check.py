@@ -25,10 +25,12 @@ superusers) and shown in every agent's ``status`` (``embedding.model_check``); a
 error at each check until it is resolved. When the last comparison found *every* chunk it compared
 embedded by another model (``vectors_paused``), searches leave the vector half out and answer by
 keywords, saying why: a query embedded by one model, compared with another model's vectors, ranks by
-noise. An index where some chunks still match (vectors written since the change) keeps its vector half. The remedy is the operator's: set MEMORYHUB_EMBEDDING_REVISION
-to a new value and restart. The identity is new then, so maintenance embeds every chunk again and the
-cache answers nothing from the old model. The check does not do that itself: embedding a whole index
-again costs what indexing it did, and the operator may prefer to put the old model back.
+noise. An index where some chunks still match (vectors written since the change) keeps its vector half.
+
+The remedy is the operator's: set MEMORYHUB_EMBEDDING_REVISION to a new value and restart. The identity
+is new then, so maintenance embeds every chunk again and the cache answers nothing from the old model.
+The check does not do that itself: embedding a whole index again costs what indexing it did, and the
+operator may prefer to put the old model back.
 """
 
 from __future__ import annotations
@@ -126,7 +128,8 @@ def model_check(provider=None) -> ModelCheckOutcome:
 def model_check_state() -> dict:
     """The last check of the configured identity, for ``status``: its state and when it ran."""
     identity = configured_identity()
-    row = identity.has_vectors and EmbeddingModelCheck.objects.filter(identity=identity.key, endpoint=_endpoint()).first()
+    rows = EmbeddingModelCheck.objects.filter(identity=identity.key, endpoint=_endpoint())
+    row = identity.has_vectors and rows.first()
     if not row:
         return {"state": "unchecked", "checked_at": None, "changed_since": None}
     return {"state": row.state, "checked_at": row.checked_at, "changed_since": row.changed_since}
@@ -184,7 +187,8 @@ def _sample(identity_key: str) -> list[tuple[str, list[float]]]:
             found = cursor.fetchone()
             if found is None or found in sample:
                 continue
-            cursor.execute(_FIRST_VECTOR_CHUNK_SQL, [*found, identity_key, settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS])
+            window = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
+            cursor.execute(_FIRST_VECTOR_CHUNK_SQL, [*found, identity_key, window])
             chunk = cursor.fetchone()
             if chunk is None:
                 continue

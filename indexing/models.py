@@ -246,17 +246,28 @@ class EmbeddingModelCheck(models.Model):
 
     identity = models.CharField(max_length=255, help_text="provider:model:dimensions")
     endpoint = models.CharField(max_length=500, blank=True, help_text="The provider's base URL, if set.")
-    checked_at = models.DateTimeField(null=True, blank=True, help_text="The last check, whether it could compare or not.")
-    compared = models.PositiveIntegerField(default=0, help_text="Chunks whose vector the last comparison embedded again.")
-    differed = models.PositiveIntegerField(default=0, help_text="Of those, chunks whose stored vector another model made.")
-    lowest_similarity = models.FloatField(null=True, blank=True, help_text="The lowest cosine similarity of a new vector with its stored one.")
+    checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="The last check, whether it could compare or not."
+    )
+    compared = models.PositiveIntegerField(
+        default=0, help_text="Chunks whose vector the last comparison embedded again."
+    )
+    differed = models.PositiveIntegerField(
+        default=0, help_text="Of those, chunks whose stored vector another model made."
+    )
+    lowest_similarity = models.FloatField(
+        null=True, blank=True, help_text="The lowest cosine similarity of a new vector with its stored one."
+    )
     changed_since = models.DateTimeField(
-        null=True, blank=True, help_text="The first check of the change the last comparison found; empty when it found none."
+        null=True, blank=True,
+        help_text="The first check of the change the last comparison found; empty when it found none.",
     )
     error = models.TextField(blank=True, help_text="Why the last check could not compare (the provider failed).")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["identity", "endpoint"], name="embeddingmodelcheck_identity_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["identity", "endpoint"], name="embeddingmodelcheck_identity_uniq"),
+        ]
 
     @property
     def state(self) -> str:

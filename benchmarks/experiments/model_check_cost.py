@@ -35,5 +35,6 @@ for _ in range(ROUNDS):
     sizes.append(len(sample))
     lowest.append(min(cosine(new, stored) for new, (_, stored) in zip(vectors, sample)))
 print(f"{identity.key}: {ROUNDS} checks, chunks compared per check {min(sizes)}-{max(sizes)}")
-print(f"reads p50 {statistics.median(reads):.2f} ms, max {max(reads):.2f} ms; fake embedding p50 {statistics.median(embeds):.2f} ms")
+print(f"reads p50 {statistics.median(reads):.2f} ms, max {max(reads):.2f} ms; "
+      f"fake embedding p50 {statistics.median(embeds):.2f} ms")
 print(f"lowest similarity over all checks {min(lowest):.6f}")

@@ -30,5 +30,7 @@ class Command(BaseCommand):
         if outcome.error:
             line += f"; the provider failed: {outcome.error}"
         if outcome.state == "changed":
-            raise CommandError(line + ". Set MEMORYHUB_EMBEDDING_REVISION to a new value and restart to embed every chunk again.")
+            raise CommandError(
+                f"{line}. Set MEMORYHUB_EMBEDDING_REVISION to a new value and restart to embed every chunk again."
+            )
         self.stdout.write(line)
