@@ -42,14 +42,14 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from indexing.embedding_cache import text_hash
 from indexing.embedding_identity import configured_identity
 from indexing.embeddings import ProviderError, ProviderInputsRejected, get_provider, provider_base_url
-from indexing.models import EmbeddingModelCheck
-from indexing.tables import CHUNK, FILE
+from indexing.models import Chunk, EmbeddingModelCheck, MemoryFile
 from indexing.window_probe import cosine, tried_once
 
 logger = logging.getLogger(__name__)
@@ -68,18 +68,6 @@ PAUSE_RECHECK_SECONDS = 60.0
 
 _paused: dict[tuple[str, str], tuple[str | None, float]] = {}  # (identity, endpoint) -> (why, read at)
 _paused_lock = threading.Lock()
-
-_FILE_AT_SQL = f"""
-SELECT agent_id, id FROM {FILE}
-WHERE id >= %s AND indexed_at IS NOT NULL
-ORDER BY id LIMIT 1
-"""
-_FIRST_VECTOR_CHUNK_SQL = f"""
-SELECT text, text_hash, embedding::text FROM {CHUNK}
-WHERE agent_id = %s AND file_id = %s AND embedding_identity = %s AND embedding IS NOT NULL AND token_count <= %s
-ORDER BY ordinal LIMIT 1
-"""
-
 
 @dataclass
 class ModelCheckOutcome:
@@ -176,25 +164,22 @@ def _remember(key: tuple[str, str], row) -> None:
 def _sample(identity_key: str) -> list[tuple[str, list[float]]]:
     """(embedded text, stored vector) of the first vector chunk of up to SAMPLE_FILES files at random
     places of the file table (an index scan each, whatever the table's size)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT min(id), max(id) FROM {FILE}")
-        low, high = cursor.fetchone()
-        if low is None:
-            return []
-        sample: dict[tuple[int, int], tuple[str, list[float]]] = {}
-        for start in sorted(random.randint(low, high) for _ in range(SAMPLE_FILES)):
-            cursor.execute(_FILE_AT_SQL, [start])
-            found = cursor.fetchone()
-            if found is None or found in sample:
-                continue
-            window = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
-            cursor.execute(_FIRST_VECTOR_CHUNK_SQL, [*found, identity_key, window])
-            chunk = cursor.fetchone()
-            if chunk is None:
-                continue
-            text, digest, stored = chunk
-            if text_hash(text) == digest:  # else a title was embedded in front of it: left out
-                sample[found] = (text, [float(v) for v in stored.strip("[]").split(",")])
+    span = MemoryFile.objects.aggregate(low=Min("id"), high=Max("id"))
+    if span["low"] is None:
+        return []
+    indexed = MemoryFile.objects.filter(indexed_at__isnull=False).order_by("id").values_list("agent_id", "id")
+    chunks = Chunk.objects.filter(
+        embedding_identity=identity_key, embedding__isnull=False,
+        token_count__lte=settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS,
+    ).order_by("ordinal").values_list("text", "text_hash", "embedding")
+    sample: dict[tuple[int, int], tuple[str, list[float]]] = {}
+    for start in sorted(random.randint(span["low"], span["high"]) for _ in range(SAMPLE_FILES)):
+        found = indexed.filter(id__gte=start).first()
+        if found is None or found in sample:
+            continue
+        chunk = chunks.filter(agent_id=found[0], file_id=found[1]).first()
+        if chunk is not None and text_hash(chunk[0]) == chunk[1]:  # else a title was embedded in front: left out
+            sample[found] = (chunk[0], list(chunk[2]))
     return list(sample.values())
 
 
