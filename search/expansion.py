@@ -294,11 +294,14 @@ def _chunks_read(cursor, *, agent_id: int, after: int, up_to: int | None = None)
 
 
 def _words_store(cursor, *, agent_id: int, rows: list[tuple], held, room: int) -> int:
-    """Store the new words of these chunks (_WORDS_STORE_SQL) while there is ``room``; returns how many."""
+    """Store the new words of these chunks (_WORDS_STORE_SQL) while there is ``room``; returns how many.
+    A full agent's chunks are not scanned for words."""
+    if not (held and room > 0):
+        return 0
     found: set[str] = set()
     for _, text, _ in rows:
         found |= text_words(text)
-    if not (found and held and room > 0):
+    if not found:
         return 0
     cursor.execute(
         _WORDS_STORE_SQL,
