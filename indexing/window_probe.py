@@ -25,7 +25,10 @@ table's figure; tests/indexing/test_window_probe.py).
 
 **When.** A worker measures before it chunks, the first time it indexes with such a model, and stores
 the result (EmbeddingWindow, one row per identity and endpoint; the admin lists it for superusers, and
-deleting the row measures again: processes read it again within FOUND_RECHECK_SECONDS).
+deleting the row measures again: processes read it again within FOUND_RECHECK_SECONDS). One process
+measures at a time: another that needs the window meanwhile waits for the row (at most one request
+timeout, MEMORYHUB_EMBEDDING_TIMEOUT, then it chunks with UNMEASURED_WINDOW), and one that waited for a
+probe that failed does not probe again.
 Each probe request is tried once, without the provider's retries, so a provider that is down or hangs
 costs the first indexing at most one request timeout; only a rate limit (HTTP 429: the provider is up
 but busy) is tried again, PROBE_RATE_LIMIT_RETRIES times after at most PROBE_RATE_LIMIT_WAIT seconds.
@@ -43,6 +46,7 @@ import math
 import random
 import threading
 import time
+import zlib
 
 from django.conf import settings
 
@@ -79,6 +83,12 @@ PROBE_RATE_LIMIT_WAIT = 10.0
 # After a probe failed (the provider down, or slow past its timeout), this process's jobs index without
 # one for this many seconds (with UNMEASURED_WINDOW) instead of each waiting for the provider again.
 PROBE_RETRY_SECONDS = 300.0
+# One process measures a model at a time (a session advisory lock of this class and the identity and
+# endpoint's CRC-32; the others wait for its row, polling every PROBE_LOCK_POLL seconds for at most
+# MEMORYHUB_EMBEDDING_TIMEOUT, then index with UNMEASURED_WINDOW): two workers indexing their first
+# files at once would each pay the probe's requests.
+PROBE_LOCK_CLASS = 0x6D68_7770  # "mhwp"
+PROBE_LOCK_POLL = 0.25
 
 _WORDS = (
     "the a to and of in we it is that for on you this with be have so was not are but they at what can just "
@@ -127,8 +137,7 @@ def window_measure(provider) -> int | None:
     """Measure the configured model's window with ``provider`` unless it is known or measured already,
     and store it; the window (None when it is not measured and the provider could not be probed: the
     indexing goes on with UNMEASURED_WINDOW, and the next job tries again)."""
-    from indexing.embeddings import ProviderError
-    from indexing.models import EmbeddingWindow
+    from search.ddl import advisory_lock
 
     if not window_probe_wanted() or provider is None or provider.identity != configured_identity():
         return None
@@ -140,6 +149,34 @@ def window_measure(provider) -> int | None:
         failed_at = _failed_at.get(key)
     if failed_at is not None and time.monotonic() - failed_at < PROBE_RETRY_SECONDS:
         return None
+    deadline = time.monotonic() + settings.MEMORYHUB_EMBEDDING_TIMEOUT
+    waited = False
+    while True:
+        with advisory_lock(PROBE_LOCK_CLASS, _lock_id(key)) as acquired:
+            if acquired:
+                return _measured_alone(provider, key, waited=waited)
+        if time.monotonic() >= deadline:
+            logger.info("another process is measuring the window of %s; chunks hold %d tokens meanwhile", key[0], UNMEASURED_WINDOW)
+            return None
+        waited = True
+        time.sleep(PROBE_LOCK_POLL)
+
+
+def _measured_alone(provider, key: tuple[str, str], *, waited: bool) -> int | None:
+    """window_measure's work while this process holds the probe's lock: the row another process stored
+    meanwhile, or the probe. A process that waited for the lock and finds no row follows the one that
+    held it: its probe failed, and this one would fail the same way, costing its job another timeout."""
+    from indexing.embeddings import ProviderError
+    from indexing.models import EmbeddingWindow
+
+    stored = _stored(key)
+    if stored is not None:
+        return stored
+    if waited:
+        logger.warning("another process could not measure the window of %s; chunks hold %d tokens meanwhile", key[0], UNMEASURED_WINDOW)
+        with _cache_lock:
+            _failed_at[key] = time.monotonic()
+        return None
     limit = settings.MEMORYHUB_EMBEDDING_MAX_INPUT_TOKENS
     try:
         read, cut = probe(tried_once(provider), limit=limit)
@@ -149,7 +186,8 @@ def window_measure(provider) -> int | None:
             _failed_at[key] = time.monotonic()
         return None
     tokens = min(limit, max(LADDER_START, wordpiece_window(read + 2))) if cut else limit
-    # A worker that measured at the same time stored its row first: both keep that one.
+    # A process that measures without the lock (the code before it, during an upgrade) may have stored
+    # the row since: both keep the first.
     row, _ = EmbeddingWindow.objects.get_or_create(
         identity=key[0], endpoint=key[1], defaults={"tokens": tokens, "read_tokens": read, "cut": cut}
     )
@@ -289,14 +327,25 @@ def _key() -> tuple[str, str]:
 def _measured(key: tuple[str, str]) -> int | None:
     """The stored measurement for ``key``, read again after FOUND_RECHECK_SECONDS (a missing one after
     MISSING_RECHECK_SECONDS)."""
-    from indexing.models import EmbeddingWindow
-
     with _cache_lock:
         cached = _cache.get(key)
     if cached is not None:
         tokens, read_at = cached
         if time.monotonic() - read_at < (MISSING_RECHECK_SECONDS if tokens is None else FOUND_RECHECK_SECONDS):
             return tokens
+    return _stored(key)
+
+
+def _lock_id(key: tuple[str, str]) -> int:
+    """``key`` as the second int of the probe's advisory lock (a signed 32-bit integer)."""
+    crc = zlib.crc32("\n".join(key).encode())
+    return crc - 2**32 if crc >= 2**31 else crc
+
+
+def _stored(key: tuple[str, str]) -> int | None:
+    """The measurement for ``key`` read from the database, and remembered."""
+    from indexing.models import EmbeddingWindow
+
     tokens = EmbeddingWindow.objects.filter(identity=key[0], endpoint=key[1]).values_list("tokens", flat=True).first()
     _remember(key, tokens)
     return tokens

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,8 @@ from indexing.embedding_identity import EmbeddingIdentity
 from indexing.embeddings import OpenAIProvider, RetryPolicy
 from indexing.models import Chunk, EmbeddingWindow
 from indexing.window_probe import (
-    PROBED_PROVIDERS, UNMEASURED_WINDOW, _groups, _ladder, _prefixes, model_window, probe, window_cache_clear, window_measure,
-    window_probe_wanted,
+    PROBE_LOCK_CLASS, PROBED_PROVIDERS, UNMEASURED_WINDOW, _groups, _key, _ladder, _lock_id, _prefixes, model_window, probe,
+    window_cache_clear, window_measure, window_probe_wanted,
 )
 from indexing.writes import file_ingest
 from memoryhub.embedding_models import wordpiece_window
@@ -254,11 +255,9 @@ def test_a_rate_limited_probe_request_is_tried_again_and_the_window_measured(db,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_workers_probing_at_once_keep_one_measurement(probed, word_server):
-    """Two processes indexing their first file at the same moment both measure (each sends its requests),
-    and both then use the one row stored first."""
-    import time
-
+def test_two_workers_indexing_at_once_measure_once(probed, word_server):
+    """Two processes indexing their first file at the same moment: one measures, the other waits for its
+    row and sends nothing (before the probe's lock each sent the probe's requests)."""
     from django.db import connection
 
     server = word_server(words=120)
@@ -278,13 +277,89 @@ def test_two_workers_probing_at_once_keep_one_measurement(probed, word_server):
     deadline = time.monotonic() + 30
     while server.hanging < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert server.hanging == 2
+    assert server.hanging == 1
+    time.sleep(1)  # the other worker would have sent its first request by now
+    assert server.hanging == 1
     server.release()
     for thread in threads:
         thread.join(timeout=60)
     row = EmbeddingWindow.objects.get()
     assert windows == [row.tokens, row.tokens] and _words(row.read_tokens) <= 120
-    assert server.requests == 4  # two each: the duplicate work the row's unique key makes harmless
+    assert server.requests == 2  # one worker's probe: a ladder request and the fine one
+
+
+@contextlib.contextmanager
+def _probe_held_elsewhere():
+    """The probe's lock held by another session, as by a worker measuring the configured model."""
+    from django.db import connections
+
+    other = connections.create_connection("default")
+    other.inc_thread_sharing()  # let go of by a helper thread in some tests
+    with other.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [PROBE_LOCK_CLASS, _lock_id(_key())])
+    try:
+        yield other
+    finally:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+        other.close()
+
+
+def _later(seconds: float, action) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()))
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_waiting_for_another_ones_probe_takes_its_row(probed, word_server):
+    server = word_server(words=120)
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    with _probe_held_elsewhere() as other:
+
+        def measured_elsewhere():  # the other worker stores its row, then lets go of the lock
+            from django.db import connection
+
+            try:
+                EmbeddingWindow.objects.create(identity=_key()[0], endpoint=_key()[1], tokens=219, read_tokens=254, cut=True)
+            finally:
+                connection.close()
+            other.cursor().execute("SELECT pg_advisory_unlock_all()")
+
+        helper = _later(0.6, measured_elsewhere)
+        started = time.monotonic()
+        assert window_measure(_provider(server)) == 219
+        helper.join()
+    assert 0.5 < time.monotonic() - started < 10 and server.requests == 0
+    assert model_window() == 219
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_waited_for_a_failed_probe_does_not_probe_again(probed, word_server):
+    server = word_server(words=120)
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    with _probe_held_elsewhere() as other:
+        helper = _later(0.6, lambda: other.cursor().execute("SELECT pg_advisory_unlock_all()"))  # no row: it failed
+        assert window_measure(_provider(server)) is None
+        helper.join()
+    assert server.requests == 0 and not EmbeddingWindow.objects.exists()
+    assert window_measure(_provider(server)) is None and server.requests == 0  # within PROBE_RETRY_SECONDS
+    assert model_window() == UNMEASURED_WINDOW
+    window_cache_clear()  # as after PROBE_RETRY_SECONDS
+    assert window_measure(_provider(server)) == EmbeddingWindow.objects.get().tokens and server.requests == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_probe_held_longer_than_one_request_timeout_leaves_the_waiter_the_safe_window(probed, word_server):
+    server = word_server(words=120)
+    probed.OPENAI_BASE_URL, probed.MEMORYHUB_EMBEDDING_DIMENSIONS = server.base_url, 16
+    probed.MEMORYHUB_EMBEDDING_TIMEOUT = 1.0
+    with _probe_held_elsewhere():
+        started = time.monotonic()
+        assert window_measure(_provider(server)) is None
+        waited = time.monotonic() - started
+    assert 1.0 <= waited < 5 and server.requests == 0
+    assert model_window() == UNMEASURED_WINDOW  # its job chunks to the size every known model reads whole
 
 
 def test_a_model_known_by_name_or_a_window_set_explicitly_is_not_probed(db, probed, word_server):
