@@ -75,7 +75,11 @@ WORDS_STATE = MemoryWordsState._meta.db_table
 LEXEMES = MemoryLexeme._meta.db_table
 
 # Words are ASCII letters, lower-cased: the measured form (docs/search.md). Longer words are not words.
-WORD = re.compile(r"[A-Za-z][a-z]+")
+# A word starts where a run of letters starts (or, capitalised, inside an ASCII run: "memorySearch" gives
+# memory and search) and ends where the run ends or a capital follows. A run holding a letter outside
+# ASCII gives no word: its ASCII pieces are not words ("réunion" gave "union", "Müller" "ller", "café"
+# "caf"). On ASCII text the words are those of the plain `[A-Za-z][a-z]+`.
+WORD = re.compile(r"(?:(?<![^\W\d_])[a-z]|(?<![^\W\d_A-Za-z])[A-Z])[a-z]+(?![^\W\d_A-Z])")
 MIN_WORD_CHARS = 3
 MAX_WORD_CHARS = 40
 # A question's words looked up at most (a question of 30 words has about 10 content words).

@@ -9,7 +9,7 @@ import pytest
 from agents.deletion import agent_delete_here
 from indexing.embeddings import FakeProvider, ProviderTransientError
 from indexing.models import Chunk
-from search.expansion import content_words, expansion_plan, expansion_words, memory_words_sync, nearest_words
+from search.expansion import content_words, expansion_plan, expansion_words, memory_words_sync, nearest_words, text_words
 from search.models import MemoryLexeme, MemoryWord, MemoryWordsState
 from search.services import memory_search
 
@@ -400,6 +400,21 @@ def test_a_question_longer_than_a_question_is_not_expanded(settings):
     assert len(expansion_words(many)) == 12
     settings.MEMORYHUB_SEARCH_EXPANSION_WEIGHT = 0
     assert expansion_words("budget") == []
+
+
+def test_a_word_with_a_letter_outside_ascii_gives_no_fragments(alice, index_files):
+    """Words are ASCII; a word holding another letter was cut into its ASCII pieces, which were stored,
+    embedded and offered as neighbours ("réunion" gave "union", "Müller" "ller", "café" "caf")."""
+    assert text_words("Réunion avec Müller au café: the budget, naïve Pokémon") == {"avec", "budget"}
+    assert content_words("what did Zoë say about the réunion budget?") == ["budget"]
+    # ASCII words as before: a capital starts a word inside a run, digits and underscores end one.
+    assert text_words("iPhone memorySearch covid19 snake_case ABCdef") == {
+        "phone", "memory", "search", "covid", "snake", "case", "cdef"
+    }
+    index_files(alice, {"memory/notes.md": "# Notes\n\nLa réunion avec Müller au café: budget validé.\n"})
+    memory_words_sync()
+    stored = set(MemoryWord.objects.filter(agent_id=alice.agent.pk).values_list("word", flat=True))
+    assert {"budget", "avec", "notes"} <= stored and not stored & {"union", "ller", "caf", "valid", "unio"}
 
 
 def test_an_agents_words_go_with_it_and_a_new_model_embeds_them_again(alice, bob, index_files, settings):
