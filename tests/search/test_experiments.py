@@ -7,7 +7,8 @@ line_meaning.py: the lines of a snippet scored by meaning beside their query wor
 common_words.py: a question without the words most of the memory's chunks hold;
 word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query;
 subwindow_vectors.py: a chunk at the best distance of its windows; fitted_fusion.py: its features and proxy;
-vector_feedback.py: the query moved toward its nearest chunks, and two searches' hits merged."""
+vector_feedback.py: the query moved toward its nearest chunks, and two searches' hits merged;
+date_within_file.py: a question without its dates, and two keyword runs' hits joined by file."""
 
 import math
 
@@ -18,6 +19,7 @@ from benchmarks.experiments.candidate_stages import (
 )
 from benchmarks.experiments.common_words import combined, stripped, word_shares
 from benchmarks.experiments.daily_notes_check import daily_notes_load
+from benchmarks.experiments.date_within_file import combined as date_combined, without_dates
 from benchmarks.experiments.derived import session_day
 from benchmarks.experiments.fitted_fusion import features, peak, proxy
 from benchmarks.experiments.line_meaning import meaning_scores
@@ -284,3 +286,24 @@ def test_the_fitted_fusions_features_and_proxy():
         {"file": 10, "s": 6, "e": 9, "label": 0, "final": 0.5},
     ]}
     assert proxy([question], lambda row: row["final"]) == {"locomo": 0.5}
+
+
+def test_a_question_without_its_dates_and_the_two_keyword_runs_joined_by_file():
+    from search.keyword import KeywordHit, KeywordResult
+
+    assert without_dates("What did Maria plan on the evening of 7 July, 2023?") == "what did maria plan on the evening of ?"
+    assert without_dates("What did John do in August 2023 and yesterday?") == "what did john do in and ?"
+    assert without_dates("Where is the invoice?") == "where is the invoice?"
+
+    def hit(chunk_id, file_id, bm25, best):
+        return KeywordHit(chunk_id=chunk_id, score=bm25 / best, bm25=bm25, file_id=file_id)
+
+    first = KeywordResult(hits=[hit(1, 10, 8.0, 8.0), hit(2, 10, 2.0, 8.0), hit(3, 20, 4.0, 8.0)], lexemes=["x"], idf={"x": 1.0})
+    second = KeywordResult(hits=[hit(2, 10, 2.0, 2.0), hit(3, 20, 1.0, 2.0)], lexemes=["y"], idf={"y": 2.0})
+    joined = date_combined(first, second, matched_files={10}, every=False, limit=10)
+    # File 10 matched: its chunks take the second run's BM25 (chunk 1 matched only the date's words: gone);
+    # file 20 keeps the first run's; scaled to the best again.
+    assert [(h.chunk_id, h.score) for h in joined.hits] == [(3, 1.0), (2, 0.5)]
+    assert joined.lexemes == ["x"] and joined.idf == {"x": 1.0, "y": 2.0}
+    every = date_combined(first, second, matched_files={10}, every=True, limit=10)
+    assert [(h.chunk_id, h.score) for h in every.hits] == [(2, 1.0), (3, 0.5)]
