@@ -455,7 +455,7 @@ CELERY_BEAT_SCHEDULE["indexing-embedding-batches"] = {
 # Seconds between two checks that the model still gives the index's vectors: a few chunks' texts are
 # embedded again and compared with their stored vectors (indexing/model_check.py; one small request).
 # A model changed behind its name is logged as an error and shown in the admin and in `status`, and while
-# none of the checked chunks matches, searches answer by keywords. 0: never.
+# a quarter or more of the checked chunks do not match, searches answer by keywords. 0: never.
 MEMORYHUB_EMBEDDING_CHECK_INTERVAL = env_int("MEMORYHUB_EMBEDDING_CHECK_INTERVAL", 3600, minimum=0)
 if MEMORYHUB_EMBEDDING_CHECK_INTERVAL:
     CELERY_BEAT_SCHEDULE["indexing-model-check"] = {

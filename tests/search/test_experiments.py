@@ -8,7 +8,8 @@ common_words.py: a question without the words most of the memory's chunks hold;
 word_neighbours.py: the memory's words nearest in meaning to a question's, as a second keyword query;
 subwindow_vectors.py: a chunk at the best distance of its windows; fitted_fusion.py: its features and proxy;
 vector_feedback.py: the query moved toward its nearest chunks, and two searches' hits merged;
-date_within_file.py: a question without its dates, and two keyword runs' hits joined by file."""
+date_within_file.py: a question without its dates, and two keyword runs' hits joined by file;
+mixed_index.py: the share of chunks given another model's vector."""
 
 import math
 
@@ -23,6 +24,7 @@ from benchmarks.experiments.date_within_file import combined as date_combined, w
 from benchmarks.experiments.derived import session_day
 from benchmarks.experiments.fitted_fusion import features, peak, proxy
 from benchmarks.experiments.line_meaning import meaning_scores
+from benchmarks.experiments.mixed_index import stale
 from benchmarks.experiments.observations_check import observations_load
 from benchmarks.experiments.single_file_check import PATH, single_file_load
 from benchmarks.experiments.subwindow_vectors import best_window_hits
@@ -307,3 +309,11 @@ def test_a_question_without_its_dates_and_the_two_keyword_runs_joined_by_file():
     assert joined.lexemes == ["x"] and joined.idf == {"x": 1.0, "y": 2.0}
     every = date_combined(first, second, matched_files={10}, every=True, limit=10)
     assert [(h.chunk_id, h.score) for h in every.hits] == [(2, 1.0), (3, 0.5)]
+
+
+def test_the_share_of_chunks_given_another_models_vector_is_drawn_across_the_ids_and_grows_with_the_share():
+    ids = range(1, 10_001)
+    assert not any(stale(i, 0.0) for i in ids) and all(stale(i, 1.0) for i in ids)
+    quarter = {i for i in ids if stale(i, 0.25)}
+    assert abs(len(quarter) - 2500) < 100 and quarter <= {i for i in ids if stale(i, 0.5)}
+    assert 0 < sum(stale(i, 0.25) for i in range(1, 41)) < 40  # not the first ids in a row
