@@ -12,6 +12,10 @@ to MiniLM's space). For each ``p`` the script runs ``bench_variants`` with the d
 their MiniLM vectors: after a real change they would be stale too, so keyword expansion would suffer as
 well, which this leaves out (it flatters the hybrid search).
 
+``--absent``: the share's chunks get no vector instead, as while an index is embedded again under a new
+model or revision, or a large upload waits for its vectors (a provider's batch API, an outage): the vector
+half then finds only the chunks that have one.
+
     MEMORYHUB_EMBEDDING_PROVIDER=local HF_HUB_OFFLINE=1 python benchmarks/experiments/mixed_index.py \\
         --stale 0,0.25,0.5,0.75,1 -- --reuse s49 --part all --only locomo --only meetings --details DIR
 
@@ -44,23 +48,34 @@ def main(argv: list[str]) -> None:
     from indexing.embeddings import FakeProvider
     from indexing.models import Chunk
 
+    absent = "--absent" in argv[: argv.index("--")] if "--" in argv else False
+    argv = [arg for arg in argv if arg != "--absent"] if absent else argv
     if "--" not in argv or argv[0] != "--stale":
-        raise SystemExit("usage: mixed_index.py --stale P[,P...] -- BENCH_VARIANTS_ARGUMENTS (see the docstring)")
+        raise SystemExit("usage: mixed_index.py --stale P[,P...] [--absent] -- BENCH_VARIANTS_ARGUMENTS (see the docstring)")
     shares = [float(value) for value in argv[1].split(",")]
     rest = argv[argv.index("--") + 1 :]
     tag = rest[rest.index("--reuse") + 1]
     details = rest[rest.index("--details") + 1] if "--details" in rest else None
     call_command("bench_variants", *rest)  # indexes the agents when they are not yet
     agents = list(Agent.objects.filter(slug__startswith=f"variants-{tag}-").values_list("pk", flat=True))
-    rows = list(Chunk.objects.filter(agent_id__in=agents).exclude(embedding=None).values_list("agent_id", "id", "text", "embedding"))
+    rows = list(
+        Chunk.objects.filter(agent_id__in=agents).exclude(embedding=None)
+        .values_list("agent_id", "id", "text", "embedding", "embedding_identity", "embedding_dimensions")
+    )
     dimensions = len(rows[0][3])
     other = FakeProvider(EmbeddingIdentity("fake", "other-model", dimensions))
     others = dict(zip((row[1] for row in rows), other.embed_documents([row[2] for row in rows])))
     print(f"{len(rows)} chunks of {len(agents)} agents, {dimensions} dimensions", flush=True)
 
     def vectors_set(share: float) -> None:
-        for agent_id, chunk_id, _, vector in rows:
-            Chunk.objects.filter(agent_id=agent_id, id=chunk_id).update(embedding=others[chunk_id] if stale(chunk_id, share) else vector)
+        for agent_id, chunk_id, _, vector, identity, dims in rows:
+            chunk = Chunk.objects.filter(agent_id=agent_id, id=chunk_id)
+            if not stale(chunk_id, share):
+                chunk.update(embedding=vector, embedding_identity=identity, embedding_dimensions=dims)
+            elif absent:  # as a chunk whose vector is still to come
+                chunk.update(embedding=None, embedding_identity="", embedding_dimensions=None)
+            else:
+                chunk.update(embedding=others[chunk_id])
 
     def run(name: str, *extra: str) -> None:
         print(f"--- {name}", flush=True)
