@@ -549,11 +549,16 @@ def _memory_search(
     pending, awaiting_vectors = checks.pending, checks.awaiting_vectors
     if pending > awaiting_vectors:
         notes.append(f"{pending - awaiting_vectors} file(s) are still being indexed; recent changes may not be searchable yet.")
-    if awaiting_vectors and (mode or "hybrid") != "keyword" and not vectorless:  # which files have none yet
-        note = f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed"
-        if _batches_in_flight(agent=agent):
-            note += " (bulk work in the embedding provider's batch: within its window, up to 24 h)"
-        notes.append(note + ".")
+    if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet
+        in_batch = _batches_in_flight(agent=agent)
+        if vectorless:  # the reason for keyword search said how many
+            if in_batch:
+                notes.append("Their vectors are bulk work in the embedding provider's batch: within its window, up to 24 h.")
+        else:
+            note = f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed"
+            if in_batch:
+                note += " (bulk work in the embedding provider's batch: within its window, up to 24 h)"
+            notes.append(note + ".")
     metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,
