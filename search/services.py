@@ -44,7 +44,9 @@ from memoryhub import metrics
 from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
-from search.fusion import Candidate, diversified, fuse, neighbour_credit, overlaps_deferred, stretch_runs
+from search.fusion import (
+    Candidate, diversified, fuse, keyword_scored_without_vectors, neighbour_credit, overlaps_deferred, stretch_runs,
+)
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
 from search.expansion import PLAN_JSON_SQL, WORDS, expansion_query, expansion_words, lifted, plan_from_rows, plan_params
@@ -177,12 +179,8 @@ _HAS_VECTORS_SQL = (
     "AND embedding IS NOT NULL)"
 )
 _PENDING_SQL = (
-    f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash), "
-    # All of the agent's files, counted only when some await their vectors (a subquery in a CASE branch not
-    # taken is not run): the share that decides VECTORLESS_SHARE.
-    f"CASE WHEN count(*) FILTER (WHERE indexed_hash = content_hash) > 0 "
-    f"THEN (SELECT count(*) FROM {FILE} WHERE agent_id = %(agent)s) END "
-    f"FROM {FILE} WHERE agent_id = %(agent)s AND state = ANY(%(states)s)"
+    f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
+    "WHERE agent_id = %(agent)s AND state = ANY(%(states)s)"
 )
 _PENDING_STATES = [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]
 
@@ -217,11 +215,10 @@ def _vector_checks(*, agent: Agent, identity: EmbeddingIdentity, plan_words: lis
     )
 
 
-def _pending_files(*, agent: Agent) -> tuple[int, int, int | None]:
+def _pending_files(*, agent: Agent) -> tuple[int, int]:
     """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
-    their vectors are not — see indexing.services.files_index —, and when there are such files all of
-    the agent's files, else None). Read on the primary even when the search reads a replica: a file
-    stored a moment ago is counted, not missed (read-your-writes)."""
+    their vectors are not — see indexing.services.files_index). Read on the primary even when the search
+    reads a replica: a file stored a moment ago is counted, not missed (read-your-writes)."""
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(_PENDING_SQL, {"agent": agent.pk, "states": _PENDING_STATES})
         return cursor.fetchone()
@@ -232,7 +229,6 @@ class SearchChecks(NamedTuple):
 
     pending: int  # the agent's files waiting to be indexed
     awaiting_vectors: int  # of which keyword search finds already (their vectors are still to come)
-    files: int | None  # all of the agent's files, when some await their vectors
     has_vectors: bool  # the agent has vectors of the configured identity (asked for vectors only)
     has_index: bool  # ... and an HNSW index for them
     has_words: bool  # ... and memory words embedded with it (keyword expansion)
@@ -256,7 +252,7 @@ def _search_checks(
                 cursor.execute(f"SELECT p.*, {columns} FROM ({_PENDING_SQL}) p", {"states": _PENDING_STATES, **params})
                 return SearchChecks(*cursor.fetchone())
     with deadline.queries(using=DEFAULT_DB_ALIAS):
-        pending, awaiting_vectors, files = _pending_files(agent=agent)
+        pending, awaiting_vectors = _pending_files(agent=agent)
     has_vectors = has_index = has_words = False
     plan_rows = None
     if want_vectors:
@@ -264,7 +260,7 @@ def _search_checks(
             has_vectors, has_index, has_words, plan_rows = _agent_has_vectors(
                 agent=agent, identity=identity, plan_words=plan_words
             )
-    return SearchChecks(pending, awaiting_vectors, files, has_vectors, has_index, has_words, plan_rows)
+    return SearchChecks(pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows)
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -454,11 +450,10 @@ def _memory_search(
 
     expansion_later = run_beside(expansion) if plan is not None and not plan.to_embed else None
     words = plan.to_embed if plan is not None else ()
-    vectorless = vectorless_files(checks) if used_mode == "hybrid" and checks.has_vectors else None
     if used_mode in ("hybrid", "vector"):
         embedding, why_not = _embed_for_search(
             identity=identity, agent_id=asker_id or agent.pk, query=query, has_vectors=checks.has_vectors,
-            deadline=deadline, words=words, vectorless=vectorless,
+            deadline=deadline, words=words,
         )
         if embedding is None:
             notes.append(f"{why_not} Keyword search only.")
@@ -530,6 +525,10 @@ def _memory_search(
         for candidate in candidates:
             if candidate.expansion_score is not None:
                 candidate.expansion = keyword.expansion
+    if checks.awaiting_vectors and vector_hits:  # some files wait for their vectors (fusion.keyword_scored_without_vectors)
+        candidates = keyword_scored_without_vectors(
+            candidates, _without_vectors(agent_id=agent.pk, identity=identity, candidates=candidates, deadline=deadline)
+        )
     candidates = neighbour_credit(candidates, spans=spans, weight=settings.MEMORYHUB_SEARCH_NEIGHBOUR_CREDIT)
     results, best_below = _results(
         agent_id=agent.pk, deadline=deadline, candidates=candidates, spans=spans, keyword=keyword, max_results=max_results,
@@ -550,15 +549,11 @@ def _memory_search(
     if pending > awaiting_vectors:
         notes.append(f"{pending - awaiting_vectors} file(s) are still being indexed; recent changes may not be searchable yet.")
     if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet
-        in_batch = _batches_in_flight(agent=agent)
-        if vectorless:  # the reason for keyword search said how many
-            if in_batch:
-                notes.append("Their vectors are bulk work in the embedding provider's batch: within its window, up to 24 h.")
-        else:
-            note = f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed"
-            if in_batch:
-                note += " (bulk work in the embedding provider's batch: within its window, up to 24 h)"
-            notes.append(note + ".")
+        note = (f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed (their "
+                "chunks are scored by their keywords alone meanwhile)")
+        if _batches_in_flight(agent=agent):
+            note += " (bulk work in the embedding provider's batch: within its window, up to 24 h)"
+        notes.append(note + ".")
     metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
     return SearchResponse(
         results=results,
@@ -567,6 +562,28 @@ def _memory_search(
         took_ms=round((time.perf_counter() - started) * 1000, 2),
         message=" ".join(notes),
     )
+
+
+# Of the given chunks (those only the keyword half found), the ones without a vector of the identity.
+_WITHOUT_VECTORS_SQL = (
+    f"SELECT id FROM {CHUNK} WHERE agent_id = %(agent)s AND id = ANY(%(ids)s) "
+    "AND (embedding IS NULL OR embedding_identity <> %(identity)s)"
+)
+
+
+def _without_vectors(*, agent_id: int, identity: EmbeddingIdentity, candidates: list[Candidate], deadline: SearchDeadline) -> set[int]:
+    """The candidates only the keyword half found that have no vector of ``identity`` yet (one statement, asked
+    only while some of the agent's files wait for their vectors); none when the search is out of time."""
+    ids = [c.chunk_id for c in candidates if c.vector_rank is None and c.keyword_score is not None]
+    if not ids:
+        return set()
+    try:
+        with deadline.queries():
+            with read_connection.cursor() as cursor:
+                cursor.execute(_WITHOUT_VECTORS_SQL, {"agent": agent_id, "ids": ids, "identity": identity.key})
+                return {row[0] for row in cursor.fetchall()}
+    except SearchTimedOut:
+        return set()
 
 
 def _beside_result(future, *, deadline: SearchDeadline, quiet: bool = False) -> KeywordResult | None:
@@ -611,29 +628,11 @@ def _nearest(
     return sorted(best.values(), key=lambda hit: (hit.distance, hit.chunk_id))[:limit]
 
 
-# A hybrid search leaves its vector half out while at least this share of the agent's files wait for their
-# vectors (an upload being embedded, a re-embedding after a model change, a provider's batch or outage):
-# the vector half then finds only the files that have them, and pushes those up whatever they say. With a
-# share of the dev agents' chunks left without a vector the hybrid search found about what keyword search
-# alone finds at a quarter (LoCoMo 0.802 / 0.781 against 0.800 / 0.808, the meetings 0.423 / 0.419 against
-# 0.422 / 0.395) and less beyond (at half: 0.759 / 0.722 and 0.394 / 0.393): docs/search.md.
-VECTORLESS_SHARE = 0.25
-
-
-def vectorless_files(checks: SearchChecks) -> tuple[int, int] | None:
-    """(files waiting for their vectors, all of the agent's files) when the first are at least
-    VECTORLESS_SHARE of the second, else None."""
-    if not checks.awaiting_vectors or not checks.files or checks.awaiting_vectors < VECTORLESS_SHARE * checks.files:
-        return None
-    return checks.awaiting_vectors, checks.files
-
-
 def _embed_for_search(
     *, identity: EmbeddingIdentity, agent_id: int, query: str, has_vectors: bool, deadline: SearchDeadline,
-    words: tuple[str, ...] = (), vectorless: tuple[int, int] | None = None,
+    words: tuple[str, ...] = (),
 ) -> tuple[list[list[float]] | None, str]:
-    """(the query's vectors, then those of ``words``, "") or (None, the reason vector search cannot run).
-    ``vectorless``: (files waiting for their vectors, all files), when a hybrid search should not use them."""
+    """(the query's vectors, then those of ``words``, "") or (None, the reason vector search cannot run)."""
     from indexing.embeddings import get_provider
     from indexing.model_check import vectors_paused
 
@@ -641,11 +640,6 @@ def _embed_for_search(
         return None, "Vector search is off (embedding provider 'none')."
     if not has_vectors:
         return None, f"No chunk of this agent is embedded with {identity.key} yet."
-    if vectorless is not None:
-        return None, (
-            f"{vectorless[0]} of this agent's {vectorless[1]} files are waiting for their vectors: until fewer than "
-            f"{VECTORLESS_SHARE:.0%} are, vector search would favour the files that have them."
-        )
     if (paused := vectors_paused(identity)) is not None:
         return None, paused
     if deadline.expired:  # not the provider's fault: the breaker must not count it
