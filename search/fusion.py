@@ -64,9 +64,10 @@ class Candidate:
     # Keyword expansion (search/expansion.py): the part of keyword_score its words gave, and the words.
     expansion_score: float | None = None
     expansion: dict[str, list[str]] | None = None
-    # The chunk has no vector of the configured model yet, and is scored by its keyword half alone
-    # (keyword_scored_without_vectors). None: it has one, or the search did not ask.
-    awaiting_vector: bool | None = None
+    # The chunk has no vector of the configured model (its file waits for its vectors, or failed after its
+    # chunks were written) and is scored by its keyword half alone (keyword_scored_without_vectors). None: it
+    # has one, or the search did not ask.
+    without_vector: bool | None = None
 
     def explain(self) -> dict:
         explained = {
@@ -87,8 +88,8 @@ class Candidate:
             explained["expansion_score"] = round(self.expansion_score, 4)
         if self.expansion:
             explained["expansion"] = self.expansion
-        if self.awaiting_vector:
-            explained["awaiting_vector"] = True
+        if self.without_vector:
+            explained["without_vector"] = True
         return explained
 
 
@@ -156,11 +157,12 @@ def fuse(
 
 
 def keyword_scored_without_vectors(candidates: list[Candidate], without: set[int]) -> list[Candidate]:
-    """The candidates, each of ``without`` (chunks that have no vector of the configured model yet) that only
-    the keyword half found scored by its keyword score alone, best first again.
+    """The candidates, each of ``without`` (chunks that have no vector of the configured model) that only the
+    keyword half found scored by its keyword score alone, best first again.
 
     While a file waits for its vectors (an upload being embedded, a re-embedding after a model change, a
-    provider's batch or outage) the vector half cannot find its chunks, and a fused score would give them
+    provider's batch or outage), or when it failed after its chunks were written (a provider that refused
+    one of its texts), the vector half cannot find its chunks, and a fused score would give them
     the keyword half's share only: the vector half then pushes up the files that have vectors, whatever
     they say. Scored as if their vector had scored what their keywords did, they keep their place. With a
     share of the dev agents' chunks left without a vector, the hybrid search fell below keyword search
@@ -170,7 +172,7 @@ def keyword_scored_without_vectors(candidates: list[Candidate], without: set[int
     for candidate in candidates:
         if candidate.chunk_id in without and candidate.vector_rank is None and candidate.keyword_score is not None:
             candidate.score = candidate.keyword_score
-            candidate.awaiting_vector = True
+            candidate.without_vector = True
     return sorted(candidates, key=_rank_key)
 
 

@@ -178,11 +178,18 @@ _HAS_VECTORS_SQL = (
     f"EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %(agent)s AND embedding_identity = %(identity)s "
     "AND embedding IS NOT NULL)"
 )
+# The files not indexed yet, those of them whose chunks are in already (their vectors are not), and the
+# failed files whose chunks are in (some may never get a vector: a provider that refused a text).
 _PENDING_SQL = (
-    f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash) FROM {FILE} "
-    "WHERE agent_id = %(agent)s AND state = ANY(%(states)s)"
+    "SELECT count(*) FILTER (WHERE state <> %(failed)s), "
+    "count(*) FILTER (WHERE state <> %(failed)s AND indexed_hash = content_hash), "
+    "count(*) FILTER (WHERE state = %(failed)s AND indexed_hash = content_hash) "
+    f"FROM {FILE} WHERE agent_id = %(agent)s AND state = ANY(%(states)s)"
 )
-_PENDING_STATES = [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value]
+_PENDING_PARAMS = {
+    "states": [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value, MemoryFile.State.FAILED.value],
+    "failed": MemoryFile.State.FAILED.value,
+}
 
 
 # The agent's HNSW index for the query's dimensions (search/vector.py's plan), read with its vectors: the
@@ -215,12 +222,13 @@ def _vector_checks(*, agent: Agent, identity: EmbeddingIdentity, plan_words: lis
     )
 
 
-def _pending_files(*, agent: Agent) -> tuple[int, int]:
+def _pending_files(*, agent: Agent) -> tuple[int, int, int]:
     """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
-    their vectors are not — see indexing.services.files_index). Read on the primary even when the search
-    reads a replica: a file stored a moment ago is counted, not missed (read-your-writes)."""
+    their vectors are not — see indexing.services.files_index —, failed files whose chunks are in). Read
+    on the primary even when the search reads a replica: a file stored a moment ago is counted, not
+    missed (read-your-writes)."""
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-        cursor.execute(_PENDING_SQL, {"agent": agent.pk, "states": _PENDING_STATES})
+        cursor.execute(_PENDING_SQL, {"agent": agent.pk, **_PENDING_PARAMS})
         return cursor.fetchone()
 
 
@@ -229,6 +237,7 @@ class SearchChecks(NamedTuple):
 
     pending: int  # the agent's files waiting to be indexed
     awaiting_vectors: int  # of which keyword search finds already (their vectors are still to come)
+    failed_with_chunks: int  # failed files keyword search finds (their chunks may lack vectors)
     has_vectors: bool  # the agent has vectors of the configured identity (asked for vectors only)
     has_index: bool  # ... and an HNSW index for them
     has_words: bool  # ... and memory words embedded with it (keyword expansion)
@@ -249,10 +258,10 @@ def _search_checks(
             columns, params = "false, false, false, NULL", {"agent": agent.pk}
         with deadline.queries():
             with read_connection.cursor() as cursor:
-                cursor.execute(f"SELECT p.*, {columns} FROM ({_PENDING_SQL}) p", {"states": _PENDING_STATES, **params})
+                cursor.execute(f"SELECT p.*, {columns} FROM ({_PENDING_SQL}) p", {**_PENDING_PARAMS, **params})
                 return SearchChecks(*cursor.fetchone())
     with deadline.queries(using=DEFAULT_DB_ALIAS):
-        pending, awaiting_vectors = _pending_files(agent=agent)
+        pending, awaiting_vectors, failed_with_chunks = _pending_files(agent=agent)
     has_vectors = has_index = has_words = False
     plan_rows = None
     if want_vectors:
@@ -260,7 +269,7 @@ def _search_checks(
             has_vectors, has_index, has_words, plan_rows = _agent_has_vectors(
                 agent=agent, identity=identity, plan_words=plan_words
             )
-    return SearchChecks(pending, awaiting_vectors, has_vectors, has_index, has_words, plan_rows)
+    return SearchChecks(pending, awaiting_vectors, failed_with_chunks, has_vectors, has_index, has_words, plan_rows)
 
 
 def _batches_in_flight(*, agent: Agent) -> bool:
@@ -525,7 +534,7 @@ def _memory_search(
         for candidate in candidates:
             if candidate.expansion_score is not None:
                 candidate.expansion = keyword.expansion
-    if checks.awaiting_vectors and vector_hits:  # some files wait for their vectors (fusion.keyword_scored_without_vectors)
+    if (checks.awaiting_vectors or checks.failed_with_chunks) and vector_hits:  # fusion.keyword_scored_without_vectors
         candidates = keyword_scored_without_vectors(
             candidates, _without_vectors(agent_id=agent.pk, identity=identity, candidates=candidates, deadline=deadline)
         )
@@ -572,8 +581,9 @@ _WITHOUT_VECTORS_SQL = (
 
 
 def _without_vectors(*, agent_id: int, identity: EmbeddingIdentity, candidates: list[Candidate], deadline: SearchDeadline) -> set[int]:
-    """The candidates only the keyword half found that have no vector of ``identity`` yet (one statement, asked
-    only while some of the agent's files wait for their vectors); none when the search is out of time."""
+    """The candidates only the keyword half found that have no vector of ``identity`` (one statement, asked only
+    while some of the agent's files wait for their vectors or failed after their chunks were written); none
+    when the search is out of time."""
     ids = [c.chunk_id for c in candidates if c.vector_rank is None and c.keyword_score is not None]
     if not ids:
         return set()

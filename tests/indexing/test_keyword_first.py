@@ -164,7 +164,28 @@ def test_a_chunk_waiting_for_its_vector_is_scored_by_its_keywords_alone(alice, f
     body, paths = search()
     assert body["mode"] == "hybrid" and paths[0] == "notes/hangar.md", body  # its keywords alone: still first
     first = body["results"][0]
-    assert first["explain"]["awaiting_vector"] is True and first["explain"]["vector_rank"] is None
+    assert first["explain"]["without_vector"] is True and first["explain"]["vector_rank"] is None
     assert first["score"] == pytest.approx(first["explain"]["keyword_score"], abs=1e-3)
-    assert "awaiting_vector" not in body["results"][1]["explain"]  # notes/dawn.md has its vector
+    assert "without_vector" not in body["results"][1]["explain"]  # notes/dawn.md has its vector
     assert "scored by their keywords alone meanwhile" in body["message"]
+
+
+def test_a_failed_files_chunks_without_vectors_are_scored_by_their_keywords_alone(alice, fake_embeddings, indexed):
+    """A file the provider refused after its chunks were written stays failed and keyword-searchable until new
+    content or a re-index: its chunks have no vector for as long, and are scored as a waiting file's are."""
+    from indexing.embeddings import ProviderPermanentError
+
+    with indexed():
+        file_ingest(agent=alice.agent, path="notes/dawn.md", content="# Dawn\n\nWe walked at dawn by the lake.\n")
+        file_ingest(agent=alice.agent, path="notes/bread.md", content="# Bread\n\nBuy bread and milk.\n")
+    fake_embeddings.fail_next(ProviderPermanentError("input refused"))
+    with indexed():
+        memory_file, _ = file_ingest(agent=alice.agent, path="notes/hangar.md", content=NOTE)
+    memory_file.refresh_from_db()
+    assert memory_file.state == "failed" and memory_file.indexed_hash == memory_file.content_hash
+    body = alice.client.post(
+        "/api/v1/search", {"query": "zeppelin dawn", "explain": True, "min_score": 0}, format="json"
+    ).json()
+    assert body["mode"] == "hybrid" and body["pending"] == 0
+    first = body["results"][0]
+    assert first["path"] == "notes/hangar.md" and first["explain"]["without_vector"] is True, body
