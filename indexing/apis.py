@@ -52,9 +52,9 @@ class AgentStatusApi(APIView):
                     help_text=(
                         "The last check that the model behind the configured name still gives the index's vectors "
                         "(every MEMORYHUB_EMBEDDING_CHECK_INTERVAL): same; changed (another model answers under the "
-                        "name: searches answer by keywords while no checked chunk matches, until the operator sets "
-                        "MEMORYHUB_EMBEDDING_REVISION); unchecked (nothing compared yet); failed (the provider did "
-                        "not answer)."
+                        "name: searches answer by keywords while a quarter or more of the checked chunks do not match, "
+                        "until the operator sets MEMORYHUB_EMBEDDING_REVISION); unchecked (nothing compared yet); "
+                        "failed (the provider did not answer)."
                     ),
                 )
                 checked_at = serializers.DateTimeField(allow_null=True)

@@ -159,7 +159,7 @@ def model_check_cache_clear() -> None:
 
 
 def _paused_reason(row) -> str | None:
-    if row is None or not row.compared or not row.differed or row.differed < PAUSE_SHARE * row.compared:
+    if row is None or not row.compared or row.differed < PAUSE_SHARE * row.compared:
         return None
     return (
         f"The embedding model behind {row.identity} no longer gives the index's vectors ({row.differed} of "
