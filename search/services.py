@@ -178,16 +178,16 @@ _HAS_VECTORS_SQL = (
     f"EXISTS (SELECT 1 FROM {CHUNK} WHERE agent_id = %(agent)s AND embedding_identity = %(identity)s "
     "AND embedding IS NOT NULL)"
 )
-# The files not indexed yet, those of them whose chunks are in already (their vectors are not), and the
-# failed files whose chunks are in (some may never get a vector: a provider that refused a text).
+# The files not indexed yet, those of them whose chunks are in already (their vectors are not), and whether
+# a failed file's chunks are in (some may never get a vector: a provider that refused a text). Only the
+# pending files are counted: a search need not read every failed file of its agent.
 _PENDING_SQL = (
-    "SELECT count(*) FILTER (WHERE state <> %(failed)s), "
-    "count(*) FILTER (WHERE state <> %(failed)s AND indexed_hash = content_hash), "
-    "count(*) FILTER (WHERE state = %(failed)s AND indexed_hash = content_hash) "
+    f"SELECT count(*), count(*) FILTER (WHERE indexed_hash = content_hash), EXISTS (SELECT 1 FROM {FILE} "
+    "WHERE agent_id = %(agent)s AND state = %(failed)s AND indexed_hash = content_hash) "
     f"FROM {FILE} WHERE agent_id = %(agent)s AND state = ANY(%(states)s)"
 )
 _PENDING_PARAMS = {
-    "states": [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value, MemoryFile.State.FAILED.value],
+    "states": [MemoryFile.State.PENDING.value, MemoryFile.State.INDEXING.value],
     "failed": MemoryFile.State.FAILED.value,
 }
 
@@ -222,9 +222,9 @@ def _vector_checks(*, agent: Agent, identity: EmbeddingIdentity, plan_words: lis
     )
 
 
-def _pending_files(*, agent: Agent) -> tuple[int, int, int]:
+def _pending_files(*, agent: Agent) -> tuple[int, int, bool]:
     """(files not indexed yet, how many of them keyword search finds already: their chunks are in,
-    their vectors are not — see indexing.services.files_index —, failed files whose chunks are in). Read
+    their vectors are not — see indexing.services.files_index —, whether a failed file's chunks are in). Read
     on the primary even when the search reads a replica: a file stored a moment ago is counted, not
     missed (read-your-writes)."""
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
@@ -237,7 +237,7 @@ class SearchChecks(NamedTuple):
 
     pending: int  # the agent's files waiting to be indexed
     awaiting_vectors: int  # of which keyword search finds already (their vectors are still to come)
-    failed_with_chunks: int  # failed files keyword search finds (their chunks may lack vectors)
+    failed_with_chunks: bool  # a failed file keyword search finds (its chunks may lack vectors)
     has_vectors: bool  # the agent has vectors of the configured identity (asked for vectors only)
     has_index: bool  # ... and an HNSW index for them
     has_words: bool  # ... and memory words embedded with it (keyword expansion)
