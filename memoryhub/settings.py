@@ -142,7 +142,7 @@ def _connection_options(options: dict) -> dict:
 DATABASE_URL = env_str("DATABASE_URL")
 EMBEDDED_POSTGRES_DIR = Path(env_str("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or BASE_DIR / ".pgdata")
 if DATABASE_URL:
-    _database = {"ENGINE": "django.db.backends.postgresql", **_database_from_url(DATABASE_URL)}
+    _database = {"ENGINE": "memoryhub.postgresql", **_database_from_url(DATABASE_URL)}
 else:
     from memoryhub import embedded_postgres
 
@@ -196,7 +196,7 @@ for _number, _url in enumerate(DATABASE_REPLICA_URLS, start=1):
         if MEMORYHUB_DB_POOL_SIZE else {}
     )
     DATABASES[f"replica_{_number}"] = {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "memoryhub.postgresql",
         "CONN_MAX_AGE": DATABASES["default"]["CONN_MAX_AGE"],
         "CONN_HEALTH_CHECKS": True,
         **_replica,

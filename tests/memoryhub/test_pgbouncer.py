@@ -16,6 +16,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,12 +26,12 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
-from django.db.backends.postgresql.base import DatabaseWrapper
 
 from agents.deletion import ADVISORY_LOCK_CLASS, BUSY, agent_purge
 from agents.models import Agent
 from agents.services import agent_delete
 from memoryhub import embedded_postgres
+from memoryhub.postgresql.base import DatabaseWrapper
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the clients through PgBouncer see committed rows only
@@ -41,6 +42,7 @@ pytestmark = [
 ]
 
 START_TIMEOUT_SECONDS = 30
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def pgbouncer_path() -> str:
@@ -143,7 +145,7 @@ def wrapper_through(bouncer: Bouncer, *, options: dict) -> DatabaseWrapper:
     them, with ``options`` for the connection's OPTIONS."""
     primary = connections[DEFAULT_DB_ALIAS].settings_dict
     return DatabaseWrapper(
-        {**primary, "ENGINE": "django.db.backends.postgresql", "HOST": "127.0.0.1", "PORT": str(bouncer.port),
+        {**primary, "ENGINE": "memoryhub.postgresql", "HOST": "127.0.0.1", "PORT": str(bouncer.port),
          "USER": "postgres", "OPTIONS": options},
         alias=DEFAULT_DB_ALIAS,
     )
@@ -163,13 +165,33 @@ def through_bouncer(session_bouncer):
         connections[DEFAULT_DB_ALIAS] = original
 
 
-def test_the_default_start_up_option_is_refused_by_pgbouncer(session_bouncer):
+def test_the_default_start_up_option_is_refused_by_pgbouncer_with_the_setting_named(session_bouncer):
     options = connections[DEFAULT_DB_ALIAS].settings_dict["OPTIONS"]
     assert "plan_cache_mode=force_custom_plan" in options.get("options", ""), "the tests run with the default setting"
     refused = wrapper_through(session_bouncer, options=options)
-    with pytest.raises(OperationalError, match="unsupported startup parameter: options"):
+    with pytest.raises(OperationalError, match="unsupported startup parameter: options") as raised:
         refused.ensure_connection()
+    assert "MEMORYHUB_DB_FORCE_CUSTOM_PLANS=0" in str(raised.value)
     refused.close()
+
+
+def test_manage_py_behind_pgbouncer_says_which_setting_to_change(session_bouncer):
+    """As `make run` or docker compose meet it: their first step, migrate, with DATABASE_URL at PgBouncer."""
+    name = connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]
+    url = f"postgresql://postgres@127.0.0.1:{session_bouncer.port}/{name}"
+    environment = {**os.environ, "DATABASE_URL": url, "MEMORYHUB_EMBEDDING_PROVIDER": "none"}
+    environment.pop("MEMORYHUB_DB_FORCE_CUSTOM_PLANS", None)
+    command = [sys.executable, "manage.py", "migrate", "--check"]
+    refused = subprocess.run(command, cwd=BASE_DIR, env=environment, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    assert "unsupported startup parameter: options" in refused.stderr
+    assert "MEMORYHUB_DB_FORCE_CUSTOM_PLANS=0" in refused.stderr
+
+    accepted = subprocess.run(
+        command, cwd=BASE_DIR, env={**environment, "MEMORYHUB_DB_FORCE_CUSTOM_PLANS": "0"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert accepted.returncode == 0, accepted.stderr  # the test database is migrated: nothing to apply
 
 
 def test_the_role_setting_the_docs_give_instead_reaches_the_server(session_bouncer):

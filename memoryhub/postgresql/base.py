@@ -1,0 +1,34 @@
+"""The database backend of DATABASE_URL and DATABASE_REPLICA_URLS: Django's PostgreSQL backend, with a
+connection error that names the setting to change when the server refuses the start-up option the service
+sends.
+
+Every connection starts with ``-c plan_cache_mode=force_custom_plan`` in its libpq ``options``
+(MEMORYHUB_DB_FORCE_CUSTOM_PLANS, memoryhub/settings.py). A connection pooler may refuse any start-up option:
+PgBouncer answers ``unsupported startup parameter: options`` (tests/memoryhub/test_pgbouncer.py). That
+message alone does not say that the option is the service's own, nor how to do without it; this one does.
+(With MEMORYHUB_DB_POOL_SIZE set, a web process connects through its pool, which logs the server's message
+and answers "server busy"; ``make run`` and docker compose run ``migrate`` first, unpooled, which stops
+with this message.)
+"""
+
+from django.db.backends.postgresql import base
+
+# What the server or pooler answers to a start-up option it does not accept.
+REFUSED_OPTIONS = "unsupported startup parameter: options"
+
+HINT = (
+    "the database server (a connection pooler?) refuses the start-up option this service sends with each "
+    "connection (-c plan_cache_mode=force_custom_plan). Set MEMORYHUB_DB_FORCE_CUSTOM_PLANS=0, and run "
+    "`ALTER ROLE <user> SET plan_cache_mode = force_custom_plan` on the database instead "
+    "(docs/configuration.md)"
+)
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def get_new_connection(self, conn_params):
+        try:
+            return super().get_new_connection(conn_params)
+        except self.Database.OperationalError as exc:
+            if REFUSED_OPTIONS in str(exc) and "plan_cache_mode" in str(conn_params.get("options", "")):
+                raise self.Database.OperationalError(f"{exc.args[0] if exc.args else exc}; {HINT}") from exc
+            raise
