@@ -2,6 +2,7 @@
 nearest in meaning. The fake provider knows no meaning, so these tests give it synonyms: a text of one
 word that has a synonym here gets its synonym's vector (every other text is embedded as usual)."""
 
+import importlib
 import time
 
 import pytest
@@ -415,6 +416,24 @@ def test_a_word_with_a_letter_outside_ascii_gives_no_fragments(alice, index_file
     memory_words_sync()
     stored = set(MemoryWord.objects.filter(agent_id=alice.agent.pk).values_list("word", flat=True))
     assert {"budget", "avec", "notes"} <= stored and not stored & {"union", "ller", "caf", "valid", "unio"}
+
+
+def test_the_pieces_stored_before_are_dropped_by_the_recount_migration_0009_brings(alice, index_files):
+    from django.apps import apps
+
+    migration = importlib.import_module("search.migrations.0009_memory_words_recount_fragments")
+    index_files(alice, {"memory/notes.md": "# Notes\n\nLa réunion avec Müller au café: budget validé.\n"})
+    memory_words_sync()
+    # As the code before stored them: the ASCII pieces of the words with a letter outside ASCII.
+    pieces = [MemoryWord(agent_id=alice.agent.pk, word=word) for word in ("union", "ller", "caf")]
+    MemoryWord.objects.bulk_create(pieces)
+    assert not memory_words_sync().recounted  # (it embeds them, as it did)
+    assert memory_words_sync().agents == 0, "nothing brings a recount: the pieces would stay"
+
+    migration.recount_every_agents_words(apps, None)
+    assert alice.agent.pk in memory_words_sync().recounted
+    stored = set(MemoryWord.objects.filter(agent_id=alice.agent.pk).values_list("word", flat=True))
+    assert {"budget", "avec", "notes"} <= stored and not stored & {"union", "ller", "caf"}
 
 
 def test_an_agents_words_go_with_it_and_a_new_model_embeds_them_again(alice, bob, index_files, settings):
