@@ -73,9 +73,9 @@ class Bouncer:
     def queries(self, dbname: str) -> int:
         """Statements PgBouncer has passed on to ``dbname`` so far (its admin console's SHOW STATS)."""
         with self.connect("pgbouncer") as admin:
-            rows = admin.execute("SHOW STATS").fetchall()
-            columns = [column.name for column in admin.execute("SHOW STATS").description]
-        by_database = {row[columns.index("database")]: row for row in rows}
+            cursor = admin.execute("SHOW STATS")
+            columns = [column.name for column in cursor.description]
+            by_database = {row[columns.index("database")]: row for row in cursor.fetchall()}
         return by_database[dbname][columns.index("total_query_count")] if dbname in by_database else 0
 
 
