@@ -33,6 +33,8 @@ max_requests_jitter = 500
 # In JSON mode each request is logged once by memoryhub.observability (route, not the raw path, which
 # gunicorn's access log would print); plain-text development logs keep gunicorn's line too.
 accesslog = "-" if os.environ.get("MEMORYHUB_LOG_FORMAT", "json") == "text" else None
+# That line with an MCP URL's token written /mcp/<token> (memoryhub/gunicorn_logging.py).
+logger_class = "memoryhub.gunicorn_logging.AccessLogger"
 
 # The workers import Django after this file ran: one pooled connection per thread, and one for each of
 # the search helpers that run a hybrid search's keyword half beside its vector half (search/beside.py).

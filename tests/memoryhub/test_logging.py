@@ -153,3 +153,39 @@ def test_a_server_error_is_logged_with_its_route_not_its_path(alice, json_log, m
     [traceback] = [line for line in json_log() if "exception" in line]  # the API's own error line
     assert "RuntimeError: boom" in traceback["exception"] and traceback["request_id"] == response["X-Request-ID"]
     assert "secret-plans" not in json_log.raw()
+
+
+@pytest.mark.django_db(transaction=True)  # the server reads the token from the committed rows
+def test_gunicorns_text_access_log_does_not_write_an_mcp_urls_token(alice, tmp_path):
+    """Plain-text logs keep gunicorn's access line; an MCP client without headers has its token in the URL
+    (/mcp/<token>), which that line printed whole until memoryhub/gunicorn_logging.py."""
+    import sys
+    import urllib.request
+
+    from tests.reliability.processes import Process, free_port, service_env, unique_queue, wait_for, web_answers
+
+    port = free_port()
+    env = service_env(queue=unique_queue(), MEMORYHUB_LOG_FORMAT="text", MEMORYHUB_WEB_WORKERS=1, DEBUG="0",
+                      SECRET_KEY="test-only-secret-key-for-the-access-log")
+    server = Process(
+        [sys.executable, "-m", "gunicorn", "-c", "python:memoryhub.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+         "memoryhub.wsgi:application"],
+        env, tmp_path / "gunicorn.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: web_answers(url), timeout=60, what="gunicorn")
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+        request = urllib.request.Request(
+            f"{url}/mcp/{alice.raw_token}", data=body, method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+            assert "memory_search" in response.read().decode()
+        wait_for(lambda: "POST /mcp/" in server.log.read_text(), timeout=10, what="the access line")
+    finally:
+        server.stop()
+    log = server.log.read_text()
+    assert '"POST /mcp/<token> HTTP/1.1" 200' in log
+    assert alice.raw_token not in log
