@@ -108,6 +108,7 @@ class McpView(View):
         if isinstance(outcome, JsonResponse):
             return outcome
         agent, token = outcome
+        request.auth = token  # as DRF sets it for the REST API: the request's log line names the agent
 
         protocol_version = request.headers.get(PROTOCOL_VERSION_HEADER)
         if protocol_version and protocol_version not in PROTOCOL_VERSIONS:

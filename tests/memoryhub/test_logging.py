@@ -7,6 +7,7 @@ import logging
 import time
 
 import pytest
+from django.test import Client
 
 from indexing.models import IndexJob
 from memoryhub import observability
@@ -81,6 +82,23 @@ def test_logs_carry_no_token_content_or_query(alice, json_log, eager_tasks, fake
     assert any(line["logger"] == "memoryhub.tasks" for line in json_log())  # the eager indexing task
     for secret in (alice.raw_token, "x" * 43, "quixotic", "platypus", "zanzibar", "marmalade", "vault.md"):
         assert secret not in raw
+
+
+@pytest.mark.parametrize("token_in", ["header", "url"])
+def test_an_mcp_request_is_logged_with_its_agent(alice, json_log, token_in):
+    """The MCP endpoint authenticates by itself (not through DRF), and its request line said agent_id null."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    headers = {"HTTP_ACCEPT": "application/json, text/event-stream"}
+    if token_in == "header":
+        response = alice.client.post("/mcp", body, content_type="application/json", **headers)
+    else:
+        anonymous = Client()
+        response = anonymous.post(f"/mcp/{alice.raw_token}", body, content_type="application/json", **headers)
+    assert response.status_code == 200, response.content
+    [line] = _requests(json_log)
+    assert line["route"] == ("mcp" if token_in == "header" else "mcp-url")
+    assert line["agent_id"] == alice.agent.pk
+    assert alice.raw_token not in json_log.raw()
 
 
 @pytest.mark.django_db
