@@ -32,3 +32,43 @@ def test_the_api_answers_a_domain_error_with_its_status_and_body(error, status):
     for key, value in error.details.items():
         assert response.data["error"][key] == value
     assert (response.get("Retry-After") == "1") == (status == 503)
+
+
+def test_a_busy_pool_is_told_from_a_database_that_does_not_answer_by_one_try_every_few_seconds(monkeypatch):
+    """A pool's timeout is server_busy only while a connection of its own opens; the try is made at most
+    once every REACHABLE_PROBE_SECONDS per process (the real server's cases: tests/reliability/
+    test_database_down.py and test_load_server.py)."""
+    from django.db import OperationalError
+
+    from memoryhub import errors
+
+    class PoolTimeout(Exception):  # psycopg_pool's, by name
+        pass
+
+    timed_out = OperationalError("couldn't get a connection")
+    timed_out.__cause__ = PoolTimeout()
+    clock = [1000.0]
+    tries = []
+    answers = {"up": True}
+
+    def connect(**params):
+        tries.append(params["connect_timeout"])
+        if not answers["up"]:
+            raise OSError("connection refused")
+        return type("Connection", (), {"close": lambda self: None})()
+
+    monkeypatch.setattr(errors, "_clock", lambda: clock[0])
+    monkeypatch.setattr(errors.psycopg, "connect", connect)
+    monkeypatch.setattr(errors, "_probe", {"at": -errors.math.inf, "reachable": True})
+    monkeypatch.setattr(errors.connections[errors.DEFAULT_DB_ALIAS], "get_connection_params", lambda: {"host": "h"})
+
+    assert errors.database_unavailable_body(timed_out)["error"]["code"] == "server_busy"
+    answers["up"] = False
+    assert errors.database_unavailable_body(timed_out)["error"]["code"] == "server_busy"  # the last answer
+    assert tries == [errors.REACHABLE_PROBE_TIMEOUT]
+    clock[0] += errors.REACHABLE_PROBE_SECONDS
+    assert errors.database_unavailable_body(timed_out)["error"]["code"] == "database_unavailable"
+    assert len(tries) == 2
+    # Not a pool's timeout: the database is down, without a try.
+    assert errors.database_unavailable_body(OperationalError("server closed"))["error"]["code"] == "database_unavailable"
+    assert len(tries) == 2

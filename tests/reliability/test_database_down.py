@@ -2,8 +2,9 @@
 error shape (never a 500 or an HTML page), /healthz says the database is down, and once PostgreSQL is
 back the same server process answers normally again, without a restart.
 
-A real server (gunicorn, DEBUG off, as deployed) on its own throwaway embedded PostgreSQL, so stopping
-that database does not disturb the rest of the test session.
+A real server (gunicorn, DEBUG off, as deployed: bare, and with memoryhub/gunicorn_conf.py's pool of
+connections) on its own throwaway embedded PostgreSQL, so stopping that database does not disturb the rest
+of the test session.
 """
 
 import json
@@ -42,8 +43,17 @@ def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes
         return exc.code, dict(exc.headers), exc.read()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+# How gunicorn is started: bare (a persistent connection per thread), or as `make run` and the container
+# start it (memoryhub/gunicorn_conf.py: a pool of connections per process, whose wait is shortened here).
+SERVERS = {
+    "unpooled": ([], {}),
+    "pooled": (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": "2", "MEMORYHUB_WEB_WORKERS": "1"}),
+}
+
+
+@pytest.fixture(scope="module", params=list(SERVERS))
+def server(request, tmp_path_factory):
+    options, extra = SERVERS[request.param]
     data_dir = tmp_path_factory.mktemp("pgdown")
     params = embedded_postgres.ensure_running(data_dir)
     database_url = f"postgresql://postgres@localhost:{params['port']}/{params['dbname']}?host={params['host']}"
@@ -55,6 +65,7 @@ def server(tmp_path_factory):
         "MEMORYHUB_TASKS_EAGER": "1",
         "MEMORYHUB_EMBEDDING_PROVIDER": "none",
         "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
+        **extra,
     }
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=True, timeout=300)
@@ -63,7 +74,7 @@ def server(tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "gunicorn.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gunicorn", *options, "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", "1", "--threads", "2", "--timeout", "60"],
         cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
