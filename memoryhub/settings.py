@@ -168,13 +168,22 @@ DATABASES = {
 # connection is answered 503 server_busy with Retry-After.
 MEMORYHUB_DB_POOL_SIZE = env_int("MEMORYHUB_DB_POOL_SIZE", 0, minimum=0, maximum=100)
 MEMORYHUB_DB_POOL_TIMEOUT = env_float("MEMORYHUB_DB_POOL_TIMEOUT", 10.0, minimum=0.1)
+# While its attempts to connect fail, psycopg_pool spaces them out (1, 2, 4, 8 … s) for up to its
+# reconnect_timeout (300 s by default), so after a long outage its next attempt could come a minute after the
+# database was back, every request answered 503 meanwhile (17 s and counting after a 70 s outage, in
+# tests/reliability/test_database_down.py). An attempt given up after this many seconds is followed by a new
+# one, whose first try is at once, as soon as a request waits for a connection.
+POOL_RECONNECT_SECONDS = 5.0
 if MEMORYHUB_DB_POOL_SIZE:
     # The pool keeps the connections (Django must not), and checks each one it hands out
     # (CONN_HEALTH_CHECKS), so a connection broken by a database restart is replaced, not used.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         **DATABASES["default"]["OPTIONS"],
-        "pool": {"min_size": 1, "max_size": MEMORYHUB_DB_POOL_SIZE, "timeout": MEMORYHUB_DB_POOL_TIMEOUT, "max_idle": 300},
+        "pool": {
+            "min_size": 1, "max_size": MEMORYHUB_DB_POOL_SIZE, "timeout": MEMORYHUB_DB_POOL_TIMEOUT, "max_idle": 300,
+            "reconnect_timeout": POOL_RECONNECT_SECONDS,
+        },
     }
 
 # Read replicas (memoryhub/replicas.py): searches read from streaming replicas of the database, each one
