@@ -156,6 +156,11 @@ def fuse(
     return sorted(candidates.values(), key=_rank_key)
 
 
+def keyword_only(candidate: Candidate) -> bool:
+    """Whether only the keyword half found the candidate (the ones a chunk without a vector can be)."""
+    return candidate.vector_rank is None and candidate.keyword_score is not None
+
+
 def keyword_scored_without_vectors(candidates: list[Candidate], without: set[int]) -> list[Candidate]:
     """The candidates, each of ``without`` (chunks that have no vector of the configured model) that only the
     keyword half found scored by its keyword score alone, best first again.
@@ -170,7 +175,7 @@ def keyword_scored_without_vectors(candidates: list[Candidate], without: set[int
     if not without:
         return candidates
     for candidate in candidates:
-        if candidate.chunk_id in without and candidate.vector_rank is None and candidate.keyword_score is not None:
+        if candidate.chunk_id in without and keyword_only(candidate):
             candidate.score = candidate.keyword_score
             candidate.without_vector = True
     return sorted(candidates, key=_rank_key)

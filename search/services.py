@@ -45,7 +45,8 @@ from memoryhub.domain import InvalidInput
 from memoryhub.replicas import current_read_alias, read_connection, replica_failed, replica_reads, search_read_alias
 from search.beside import run_beside
 from search.fusion import (
-    Candidate, diversified, fuse, keyword_scored_without_vectors, neighbour_credit, overlaps_deferred, stretch_runs,
+    Candidate, diversified, fuse, keyword_only, keyword_scored_without_vectors, neighbour_credit, overlaps_deferred,
+    stretch_runs,
 )
 from search.dates import file_day, in_spans, path_day, query_spans
 from search.deadline import SearchDeadline, SearchTimedOut, SearchUnavailable
@@ -584,7 +585,7 @@ def _without_vectors(*, agent_id: int, identity: EmbeddingIdentity, candidates: 
     """The candidates only the keyword half found that have no vector of ``identity`` (one statement, asked only
     while some of the agent's files wait for their vectors or failed after their chunks were written); none
     when the search is out of time."""
-    ids = [c.chunk_id for c in candidates if c.vector_rank is None and c.keyword_score is not None]
+    ids = [c.chunk_id for c in candidates if keyword_only(c)]
     if not ids:
         return set()
     try:

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
         candidates = fuse_before(**arguments)
         if not int(getattr(settings, "MEMORYHUB_SEARCH_EXP_LACKING", 0)) or not arguments.get("vector"):
             return candidates
-        only_keyword = [c.chunk_id for c in candidates if c.vector_rank is None]
+        only_keyword = [c.chunk_id for c in candidates if fusion.keyword_only(c)]
         lacking = set(
             Chunk.objects.filter(id__in=only_keyword)
             .exclude(embedding_identity=configured_identity().key, embedding__isnull=False)
