@@ -32,6 +32,7 @@ from agents.models import Agent
 from agents.services import agent_delete
 from memoryhub import embedded_postgres
 from memoryhub.postgresql.base import DatabaseWrapper
+from tests.reliability.processes import BASE_DIR, free_port
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the clients through PgBouncer see committed rows only
@@ -42,7 +43,6 @@ pytestmark = [
 ]
 
 START_TIMEOUT_SECONDS = 30
-BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def pgbouncer_path() -> str:
@@ -53,12 +53,6 @@ def pgbouncer_path() -> str:
             pytest.fail(f"MEMORYHUB_REQUIRE_PGBOUNCER_TESTS=1 but {reason}")
         pytest.skip(reason)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass

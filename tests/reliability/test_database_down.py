@@ -9,7 +9,6 @@ of the test session.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,8 @@ from pathlib import Path
 import pytest
 
 from memoryhub import embedded_postgres
+from tests.reliability.processes import BASE_DIR, free_port
 
-BASE_DIR = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes | None = None, content_type="application/json"):
