@@ -5,18 +5,16 @@ DRF exceptions keep their status; anything unexpected becomes a plain 500 with n
 """
 
 import logging
-import math
-import threading
-import time
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from memoryhub import domain
+from memoryhub.postgresql.reachable import database_reachable
 
 logger = logging.getLogger("memoryhub.api")
 
@@ -85,35 +83,6 @@ def is_database_unavailable(exc: BaseException) -> bool:
     cause = exc.__cause__
     # A cancelled statement (statement_timeout) is the query's own failure, not an outage.
     return not isinstance(cause, psycopg.errors.QueryCanceled)
-
-
-# How often a process may try a connection of its own to tell a busy pool from a database that is down, and
-# how long that try may take.
-REACHABLE_PROBE_SECONDS = 5.0
-REACHABLE_PROBE_TIMEOUT = 1
-_probe_lock = threading.Lock()
-_probe: dict = {"at": -math.inf, "reachable": True}
-_clock = time.monotonic  # the tests move it
-
-
-def database_reachable() -> bool:
-    """Whether a new connection to the database opens (one try of REACHABLE_PROBE_TIMEOUT seconds), asked at
-    most once every REACHABLE_PROBE_SECONDS per process; in between, the last answer. A pool's timeout says
-    only that no connection came within its wait: every one of them was in use (the database answers), or
-    the pool could open none (the database is stopped, unreachable, or refuses the connection's options)."""
-    now = _clock()
-    with _probe_lock:
-        if now - _probe["at"] < REACHABLE_PROBE_SECONDS:
-            return _probe["reachable"]
-        _probe["at"] = now
-    try:
-        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
-        psycopg.connect(**{**params, "connect_timeout": REACHABLE_PROBE_TIMEOUT}).close()
-        reachable = True
-    except Exception:  # any failure to connect is the answer
-        reachable = False
-    _probe["reachable"] = reachable
-    return reachable
 
 
 def database_unavailable_body(exc: BaseException | None = None) -> dict:

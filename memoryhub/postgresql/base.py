@@ -1,6 +1,6 @@
 """The database backend of DATABASE_URL and DATABASE_REPLICA_URLS: Django's PostgreSQL backend, with a
 connection error that names the setting to change when the server refuses the start-up option the service
-sends.
+sends, and (a pooled process only) an answer at once while the database is known to be down.
 
 Every connection starts with ``-c plan_cache_mode=force_custom_plan`` in its libpq ``options``
 (MEMORYHUB_DB_FORCE_CUSTOM_PLANS, memoryhub/settings.py). A connection pooler may refuse any start-up option:
@@ -11,7 +11,10 @@ and answers "server busy"; ``make run`` and docker compose run ``migrate`` first
 with this message.)
 """
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.postgresql import base
+
+from memoryhub.postgresql.reachable import REACHABLE_PROBE_SECONDS, known_down
 
 # What the server or pooler answers to a start-up option it does not accept.
 REFUSED_OPTIONS = "unsupported startup parameter: options"
@@ -26,6 +29,12 @@ HINT = (
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_new_connection(self, conn_params):
+        # Without this, a pooled process holds each request's thread for the pool's whole wait while the
+        # database is down (memoryhub/postgresql/reachable.py). The primary only: a replica's wait is short.
+        if self.pool is not None and self.alias == DEFAULT_DB_ALIAS and known_down():
+            raise self.Database.OperationalError(
+                f"the database did not answer a new connection (tried again every {REACHABLE_PROBE_SECONDS:g} s)"
+            )
         try:
             return super().get_new_connection(conn_params)
         except self.Database.OperationalError as exc:

@@ -34,41 +34,70 @@ def test_the_api_answers_a_domain_error_with_its_status_and_body(error, status):
     assert (response.get("Retry-After") == "1") == (status == 503)
 
 
-def test_a_busy_pool_is_told_from_a_database_that_does_not_answer_by_one_try_every_few_seconds(monkeypatch):
+@pytest.fixture
+def database_probe(monkeypatch):
+    """memoryhub/postgresql/reachable.py with a clock the test moves and a database the test stops: its
+    connection tries (their timeouts) are listed."""
+    from types import SimpleNamespace
+
+    from memoryhub.postgresql import reachable
+
+    probe = SimpleNamespace(clock=1000.0, tries=[], up=True)
+
+    def connect(**params):
+        probe.tries.append(params["connect_timeout"])
+        if not probe.up:
+            raise OSError("connection refused")
+        return SimpleNamespace(close=lambda: None)
+
+    monkeypatch.setattr(reachable, "_clock", lambda: probe.clock)
+    monkeypatch.setattr(reachable.psycopg, "connect", connect)
+    monkeypatch.setattr(reachable, "_probe", {"at": -reachable.math.inf, "reachable": True})
+    monkeypatch.setattr(reachable.connections[reachable.DEFAULT_DB_ALIAS], "get_connection_params", lambda: {"host": "h"})
+    return probe
+
+
+def test_a_busy_pool_is_told_from_a_database_that_does_not_answer_by_one_try_every_few_seconds(database_probe):
     """A pool's timeout is server_busy only while a connection of its own opens; the try is made at most
     once every REACHABLE_PROBE_SECONDS per process (the real server's cases: tests/reliability/
     test_database_down.py and test_load_server.py)."""
     from django.db import OperationalError
 
     from memoryhub import errors
+    from memoryhub.postgresql import reachable
 
     class PoolTimeout(Exception):  # psycopg_pool's, by name
         pass
 
     timed_out = OperationalError("couldn't get a connection")
     timed_out.__cause__ = PoolTimeout()
-    clock = [1000.0]
-    tries = []
-    answers = {"up": True}
-
-    def connect(**params):
-        tries.append(params["connect_timeout"])
-        if not answers["up"]:
-            raise OSError("connection refused")
-        return type("Connection", (), {"close": lambda self: None})()
-
-    monkeypatch.setattr(errors, "_clock", lambda: clock[0])
-    monkeypatch.setattr(errors.psycopg, "connect", connect)
-    monkeypatch.setattr(errors, "_probe", {"at": -errors.math.inf, "reachable": True})
-    monkeypatch.setattr(errors.connections[errors.DEFAULT_DB_ALIAS], "get_connection_params", lambda: {"host": "h"})
+    probe = database_probe
 
     assert errors.database_unavailable_body(timed_out)["error"]["code"] == "server_busy"
-    answers["up"] = False
+    probe.up = False
     assert errors.database_unavailable_body(timed_out)["error"]["code"] == "server_busy"  # the last answer
-    assert tries == [errors.REACHABLE_PROBE_TIMEOUT]
-    clock[0] += errors.REACHABLE_PROBE_SECONDS
+    assert probe.tries == [reachable.REACHABLE_PROBE_TIMEOUT]
+    probe.clock += reachable.REACHABLE_PROBE_SECONDS
     assert errors.database_unavailable_body(timed_out)["error"]["code"] == "database_unavailable"
-    assert len(tries) == 2
+    assert len(probe.tries) == 2
     # Not a pool's timeout: the database is down, without a try.
     assert errors.database_unavailable_body(OperationalError("server closed"))["error"]["code"] == "database_unavailable"
-    assert len(tries) == 2
+    assert len(probe.tries) == 2
+
+
+def test_a_database_found_down_is_known_down_until_a_later_try_finds_it_back(database_probe):
+    """What a pooled process asks before it waits for the pool (memoryhub/postgresql/base.py): no try while
+    the last one found the database up; while it found it down, a new try every REACHABLE_PROBE_SECONDS."""
+    from memoryhub.postgresql import reachable
+
+    probe = database_probe
+    assert not reachable.known_down() and probe.tries == []  # the usual case costs nothing
+    probe.up = False
+    assert not reachable.database_reachable() and len(probe.tries) == 1  # after a pool's timeout
+    assert reachable.known_down() and len(probe.tries) == 1  # the last answer, no new try
+    probe.up = True
+    probe.clock += reachable.REACHABLE_PROBE_SECONDS - 0.1
+    assert reachable.known_down() and len(probe.tries) == 1
+    probe.clock += 0.1
+    assert not reachable.known_down() and len(probe.tries) == 2
+    assert not reachable.known_down() and len(probe.tries) == 2

@@ -37,10 +37,15 @@ def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes
 
 
 # How gunicorn is started: bare (a persistent connection per thread), or as `make run` and the container
-# start it (memoryhub/gunicorn_conf.py: a pool of connections per process, whose wait is shortened here).
+# start it (memoryhub/gunicorn_conf.py: a pool of connections per process, whose wait is shortened here,
+# though kept well above the one-second try of memoryhub/postgresql/reachable.py).
+POOL_WAIT_SECONDS = 6
 SERVERS = {
     "unpooled": ([], {}),
-    "pooled": (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": "2", "MEMORYHUB_WEB_WORKERS": "1"}),
+    "pooled": (
+        ["-c", "python:memoryhub.gunicorn_conf"],
+        {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"},
+    ),
 }
 
 
@@ -137,6 +142,14 @@ LONG_OUTAGE_SECONDS = 70
 BACK_WITHIN_SECONDS = 15
 
 
+def answers_again_soon(url: str, token: str) -> None:
+    """The database has just been started again: the server answers within BACK_WITHIN_SECONDS."""
+    back = time.monotonic()
+    while call(f"{url}/api/v1/status", token=token)[0] != 200:
+        assert time.monotonic() - back < BACK_WITHIN_SECONDS, "the pooled server still answers 503"
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("server", ["pooled"], indirect=True)  # a bare server connects at each request
 def test_after_a_long_outage_the_pooled_server_answers_soon_after_the_database_is_back(server):
     """With psycopg_pool's defaults, after 70 s without a database the pooled server still answered 503 17 s
@@ -153,7 +166,30 @@ def test_after_a_long_outage_the_pooled_server_answers_soon_after_the_database_i
             time.sleep(1)
     finally:
         embedded_postgres.ensure_running(data_dir)
-    back = time.monotonic()
-    while call(f"{url}/api/v1/status", token=token)[0] != 200:
-        assert time.monotonic() - back < BACK_WITHIN_SECONDS, "the pooled server still answers 503"
-        time.sleep(0.5)
+    answers_again_soon(url, token)
+
+
+@pytest.mark.parametrize("server", ["pooled"], indirect=True)
+def test_while_the_database_is_down_the_pooled_server_waits_for_its_pool_once_then_answers_at_once(server):
+    """Before, every request of a pooled server waited the pool's whole timeout for a connection that could
+    not open (10 s by default, seen under make run), holding one of its threads all that time. Now the first
+    request's wait finds the database down, and the next ones are answered 503 at once, with one connection
+    try of the process's own every REACHABLE_PROBE_SECONDS (memoryhub/postgresql/reachable.py) telling when
+    the database is back."""
+    url, token, data_dir, _ = server
+    assert call(f"{url}/api/v1/status", token=token)[0] == 200
+    embedded_postgres.stop(data_dir)
+    try:
+        assert call(f"{url}/api/v1/status", token=token)[0] == 503  # the pool's wait, then a try
+        waits = []
+        for _ in range(8):  # over 8 s: past REACHABLE_PROBE_SECONDS, so a new try is among them
+            started = time.monotonic()
+            status, headers, content = call(f"{url}/api/v1/search", token=token, method="POST", body=b'{"query": "x"}')
+            waits.append(round(time.monotonic() - started, 2))
+            assert status == 503 and headers["Retry-After"].isdigit(), content
+            assert json.loads(content)["error"]["code"] == "database_unavailable"
+            time.sleep(1)
+        assert max(waits) < POOL_WAIT_SECONDS / 2, waits
+    finally:
+        embedded_postgres.ensure_running(data_dir)
+    answers_again_soon(url, token)

@@ -1,0 +1,60 @@
+"""Whether the database answers a new connection, asked by a connection of the process's own.
+
+A pooled web process (MEMORYHUB_DB_POOL_SIZE; memoryhub/gunicorn_conf.py turns it on) gets its connections
+from psycopg_pool, which waits up to MEMORYHUB_DB_POOL_TIMEOUT for one. That wait says only that no
+connection came: every one was in use (the database answers: the server is busy), or the pool could open
+none (the database is stopped, unreachable, or refuses the connection's options). One try of our own tells
+the two apart, and is asked for by two callers:
+
+- ``memoryhub.errors.database_unavailable_body``, after a pool's timeout: ``server_busy`` or
+  ``database_unavailable``;
+- ``memoryhub.postgresql.base.DatabaseWrapper``, before it asks the pool: while the last try found the
+  database down (``known_down``), a request is answered ``database_unavailable`` at once instead of holding
+  its thread for the pool's whole wait (10 s by default) on a connection that cannot open.
+
+A try is made at most once every REACHABLE_PROBE_SECONDS per process and lasts at most
+REACHABLE_PROBE_TIMEOUT seconds; in between, the last answer holds. So during an outage a pooled process
+answers its first request after the pool's wait and the others at once, and once the database is back its
+requests reach the pool again within REACHABLE_PROBE_SECONDS.
+"""
+
+import math
+import threading
+import time
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections
+
+REACHABLE_PROBE_SECONDS = 5.0
+REACHABLE_PROBE_TIMEOUT = 1
+_probe_lock = threading.Lock()
+_probe: dict = {"at": -math.inf, "reachable": True}
+_clock = time.monotonic  # the tests move it
+
+
+def database_reachable() -> bool:
+    """Whether a new connection to the database opens (one try of REACHABLE_PROBE_TIMEOUT seconds), asked at
+    most once every REACHABLE_PROBE_SECONDS per process; in between (and to a request that comes while
+    another one's try runs), the last answer."""
+    now = _clock()
+    with _probe_lock:
+        if now - _probe["at"] < REACHABLE_PROBE_SECONDS:
+            return _probe["reachable"]
+        _probe["at"] = now
+    try:
+        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+        psycopg.connect(**{**params, "connect_timeout": REACHABLE_PROBE_TIMEOUT}).close()
+        reachable = True
+    except Exception:  # any failure to connect is the answer
+        reachable = False
+    _probe["reachable"] = reachable
+    return reachable
+
+
+def known_down() -> bool:
+    """True while the last try found the database down and a try now (when that answer is old) finds it
+    still down. Makes no try while the last answer was "reachable", which is the usual case: a process
+    tries only after a pool's timeout has made it ask."""
+    if _probe["reachable"]:
+        return False
+    return not database_reachable()
