@@ -103,11 +103,16 @@ def start_worker(tmp_path: Path, env: dict, *, name: str = "worker") -> Process:
 
 
 def start_web(tmp_path: Path, env: dict) -> tuple[Process, str]:
+    """gunicorn as `make run` and the container start it (memoryhub/gunicorn_conf.py: its worker class and
+    a pool of database connections per process), with one process of four threads."""
     port = free_port()
-    env = {**env, "DEBUG": "0", "SECRET_KEY": "test-only-secret-key-for-the-reliability-tests"}
+    env = {
+        "MEMORYHUB_WEB_WORKERS": "1", "MEMORYHUB_WEB_THREADS": "4",
+        **env, "DEBUG": "0", "SECRET_KEY": "test-only-secret-key-for-the-reliability-tests",
+    }
     process = Process(
-        [sys.executable, "-m", "gunicorn", "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1", "--threads", "4", "--timeout", "60"],
+        [sys.executable, "-m", "gunicorn", "-c", "python:memoryhub.gunicorn_conf", "memoryhub.wsgi:application",
+         "--bind", f"127.0.0.1:{port}"],
         env,
         tmp_path / "web.log",
     )
