@@ -4,12 +4,14 @@ embedded server (memoryhub/embedded_postgres.py) started on the first connection
 Importing the settings must not start a server (``manage.py help``, ``check``, a test collecting
 modules, a linter importing the project would each start one). So the settings name the database and
 the data folder only; the first connection a process opens starts the server when it is not running
-and fills in the socket folder, port and user, which later connections of the process reuse.
+and fills in the socket folder, port and user, which later connections of the process reuse. The rest is
+the backend of DATABASE_URL (memoryhub/postgresql): a pooled process (`make run`) answers at once while
+its database is known to be down.
 """
 
 from pathlib import Path
 
-from django.db.backends.postgresql import base
+from memoryhub.postgresql import base
 
 
 class DatabaseWrapper(base.DatabaseWrapper):

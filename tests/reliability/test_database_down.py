@@ -40,13 +40,9 @@ def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes
 # start it (memoryhub/gunicorn_conf.py: a pool of connections per process, whose wait is shortened here,
 # though kept well above the one-second try of memoryhub/postgresql/reachable.py).
 POOL_WAIT_SECONDS = 6
-SERVERS = {
-    "unpooled": ([], {}),
-    "pooled": (
-        ["-c", "python:memoryhub.gunicorn_conf"],
-        {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"},
-    ),
-}
+# "embedded" is `make run`'s form: no DATABASE_URL, the embedded server's own backend (memoryhub/embedded_db).
+POOLED = (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"})
+SERVERS = {"unpooled": ([], {}), "pooled": POOLED, "embedded": POOLED}
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
@@ -54,10 +50,13 @@ def server(request, tmp_path_factory):
     options, extra = SERVERS[request.param]
     data_dir = tmp_path_factory.mktemp("pgdown")
     params = embedded_postgres.ensure_running(data_dir)
-    database_url = f"postgresql://postgres@localhost:{params['port']}/{params['dbname']}?host={params['host']}"
+    if request.param == "embedded":
+        database = {"MEMORYHUB_EMBEDDED_POSTGRES_DIR": str(data_dir)}
+    else:
+        database = {"DATABASE_URL": f"postgresql://postgres@localhost:{params['port']}/{params['dbname']}?host={params['host']}"}
     env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
+        **{name: value for name, value in os.environ.items() if name != "DATABASE_URL"},
+        **database,
         "DEBUG": "0",
         "SECRET_KEY": "test-only-secret-key-for-the-database-down-test",
         "MEMORYHUB_TASKS_EAGER": "1",
@@ -169,7 +168,7 @@ def test_after_a_long_outage_the_pooled_server_answers_soon_after_the_database_i
     answers_again_soon(url, token)
 
 
-@pytest.mark.parametrize("server", ["pooled"], indirect=True)
+@pytest.mark.parametrize("server", ["pooled", "embedded"], indirect=True)
 def test_while_the_database_is_down_the_pooled_server_waits_for_its_pool_once_then_answers_at_once(server):
     """Before, every request of a pooled server waited the pool's whole timeout for a connection that could
     not open (10 s by default, seen under make run), holding one of its threads all that time. Now the first
