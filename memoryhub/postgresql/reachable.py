@@ -26,29 +26,27 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
 REACHABLE_PROBE_SECONDS = 5.0
-REACHABLE_PROBE_TIMEOUT = 1
+REACHABLE_PROBE_TIMEOUT = 2  # psycopg (as libpq) takes no less
 _probe_lock = threading.Lock()
 _probe: dict = {"at": -math.inf, "reachable": True}
 _clock = time.monotonic  # the tests move it
 
 
 def database_reachable() -> bool:
-    """Whether a new connection to the database opens (one try of REACHABLE_PROBE_TIMEOUT seconds), asked at
-    most once every REACHABLE_PROBE_SECONDS per process; in between (and to a request that comes while
-    another one's try runs), the last answer."""
-    now = _clock()
+    """Whether a new connection to the database opens (one try of at most REACHABLE_PROBE_TIMEOUT seconds),
+    asked at most once every REACHABLE_PROBE_SECONDS per process; in between, the last answer. A caller
+    that comes while a try runs waits for its answer (the lock is held for the try)."""
     with _probe_lock:
-        if now - _probe["at"] < REACHABLE_PROBE_SECONDS:
+        if _clock() - _probe["at"] < REACHABLE_PROBE_SECONDS:
             return _probe["reachable"]
-        _probe["at"] = now
-    try:
-        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
-        psycopg.connect(**{**params, "connect_timeout": REACHABLE_PROBE_TIMEOUT}).close()
-        reachable = True
-    except Exception:  # any failure to connect is the answer
-        reachable = False
-    _probe["reachable"] = reachable
-    return reachable
+        try:
+            params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+            psycopg.connect(**{**params, "connect_timeout": REACHABLE_PROBE_TIMEOUT}).close()
+            reachable = True
+        except Exception:  # any failure to connect is the answer
+            reachable = False
+        _probe.update(at=_clock(), reachable=reachable)
+        return reachable
 
 
 def known_down() -> bool:

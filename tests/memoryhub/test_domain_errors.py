@@ -53,7 +53,9 @@ def database_probe(monkeypatch):
     monkeypatch.setattr(reachable, "_clock", lambda: probe.clock)
     monkeypatch.setattr(reachable.psycopg, "connect", connect)
     monkeypatch.setattr(reachable, "_probe", {"at": -reachable.math.inf, "reachable": True})
-    monkeypatch.setattr(reachable.connections[reachable.DEFAULT_DB_ALIAS], "get_connection_params", lambda: {"host": "h"})
+    # On the class: each thread has its own connection object.
+    backend = type(reachable.connections[reachable.DEFAULT_DB_ALIAS])
+    monkeypatch.setattr(backend, "get_connection_params", lambda self: {"host": "h"})
     return probe
 
 
@@ -101,3 +103,32 @@ def test_a_database_found_down_is_known_down_until_a_later_try_finds_it_back(dat
     probe.clock += 0.1
     assert not reachable.known_down() and len(probe.tries) == 2
     assert not reachable.known_down() and len(probe.tries) == 2
+
+
+def test_a_request_that_comes_while_a_try_runs_waits_for_its_answer(database_probe, monkeypatch):
+    """Before, a second request during a process's first try was given the answer from before the try
+    ("reachable": server_busy to a database that was down)."""
+    import threading
+
+    from memoryhub.postgresql import reachable
+
+    trying, finish = threading.Event(), threading.Event()
+
+    def slow_refusal(**params):
+        database_probe.tries.append(params["connect_timeout"])
+        trying.set()
+        finish.wait(5)
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(reachable.psycopg, "connect", slow_refusal)
+    answers = []
+    first = threading.Thread(target=lambda: answers.append(reachable.database_reachable()))
+    first.start()
+    assert trying.wait(5)
+    second = threading.Thread(target=lambda: answers.append(reachable.database_reachable()))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waiting for the first one's try, not answering from before it
+    finish.set()
+    first.join(5), second.join(5)
+    assert answers == [False, False] and len(database_probe.tries) == 1

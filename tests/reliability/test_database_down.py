@@ -38,7 +38,7 @@ def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes
 
 # How gunicorn is started: bare (a persistent connection per thread), or as `make run` and the container
 # start it (memoryhub/gunicorn_conf.py: a pool of connections per process, whose wait is shortened here,
-# though kept well above the one-second try of memoryhub/postgresql/reachable.py).
+# though kept well above the try (at most 2 s) of memoryhub/postgresql/reachable.py).
 POOL_WAIT_SECONDS = 6
 # "embedded" is `make run`'s form: no DATABASE_URL, the embedded server's own backend (memoryhub/embedded_db).
 POOLED = (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"})
