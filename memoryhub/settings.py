@@ -244,8 +244,12 @@ CELERY_TASK_QUEUES = [
 # recovers a dead worker's files far sooner.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("MEMORYHUB_TASK_TIME_LIMIT", 660, minimum=1) + 240,
-    # Publishing from a web request must not hang when Redis is unreachable (the outbox takes over).
+    # Publishing from a web request must not hang when Redis is unreachable (the outbox takes over): nor when
+    # it accepts the connection and never answers (a stopped process, a network dropping the replies), where
+    # a publish waited for the reply without end (tests/reliability/test_broker_down.py). A worker's wait for
+    # its next task (BRPOP, kombu's brpop_timeout: 1 s) stays within it.
     "socket_connect_timeout": 2,
+    "socket_timeout": 2,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Without a broker (`make run` on a machine without Redis), tasks run in the web process.

@@ -56,6 +56,13 @@ class Process:
         self._signal_group(signal.SIGKILL)
         self.popen.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets (the kernel still accepts connections) and answers nothing."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.popen.poll() is None:
             self._signal_group(signal.SIGTERM)
