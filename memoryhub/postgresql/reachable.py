@@ -18,6 +18,7 @@ answers its first request after the pool's wait and the others at once, and once
 requests reach the pool again within REACHABLE_PROBE_SECONDS.
 """
 
+import logging
 import math
 import threading
 import time
@@ -31,6 +32,8 @@ _probe_lock = threading.Lock()
 _probe: dict = {"at": -math.inf, "reachable": True}
 _clock = time.monotonic  # the tests move it
 
+logger = logging.getLogger(__name__)
+
 
 def database_reachable() -> bool:
     """Whether a new connection to the database opens (one try of at most REACHABLE_PROBE_TIMEOUT seconds),
@@ -43,8 +46,12 @@ def database_reachable() -> bool:
             params = connections[DEFAULT_DB_ALIAS].get_connection_params()
             psycopg.connect(**{**params, "connect_timeout": REACHABLE_PROBE_TIMEOUT}).close()
             reachable = True
-        except Exception:  # any failure to connect is the answer
+        except Exception as exc:  # any failure to connect is the answer
             reachable = False
+            if _probe["reachable"]:  # said once per outage, with the reason (a pooler's refusal, say)
+                logger.error("the database does not answer a new connection: %s", str(exc).strip())
+        if reachable and not _probe["reachable"]:
+            logger.warning("the database answers a new connection again")
         _probe.update(at=_clock(), reachable=reachable)
         return reachable
 

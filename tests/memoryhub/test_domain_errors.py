@@ -87,9 +87,10 @@ def test_a_busy_pool_is_told_from_a_database_that_does_not_answer_by_one_try_eve
     assert len(probe.tries) == 2
 
 
-def test_a_database_found_down_is_known_down_until_a_later_try_finds_it_back(database_probe):
+def test_a_database_found_down_is_known_down_until_a_later_try_finds_it_back(database_probe, caplog):
     """What a pooled process asks before it waits for the pool (memoryhub/postgresql/base.py): no try while
-    the last one found the database up; while it found it down, a new try every REACHABLE_PROBE_SECONDS."""
+    the last one found the database up; while it found it down, a new try every REACHABLE_PROBE_SECONDS. The
+    log says when the database stops answering (with the reason) and when it answers again, once each."""
     from memoryhub.postgresql import reachable
 
     probe = database_probe
@@ -97,12 +98,19 @@ def test_a_database_found_down_is_known_down_until_a_later_try_finds_it_back(dat
     probe.up = False
     assert not reachable.database_reachable() and len(probe.tries) == 1  # after a pool's timeout
     assert reachable.known_down() and len(probe.tries) == 1  # the last answer, no new try
+    probe.clock += reachable.REACHABLE_PROBE_SECONDS
+    assert reachable.known_down() and len(probe.tries) == 2  # still down
     probe.up = True
     probe.clock += reachable.REACHABLE_PROBE_SECONDS - 0.1
-    assert reachable.known_down() and len(probe.tries) == 1
+    assert reachable.known_down() and len(probe.tries) == 2
     probe.clock += 0.1
-    assert not reachable.known_down() and len(probe.tries) == 2
-    assert not reachable.known_down() and len(probe.tries) == 2
+    assert not reachable.known_down() and len(probe.tries) == 3
+    assert not reachable.known_down() and len(probe.tries) == 3
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == reachable.__name__]
+    assert said == [
+        ("ERROR", "the database does not answer a new connection: connection refused"),
+        ("WARNING", "the database answers a new connection again"),
+    ]
 
 
 def test_a_request_that_comes_while_a_try_runs_waits_for_its_answer(database_probe, monkeypatch):
