@@ -51,6 +51,7 @@ if importlib.util.find_spec("benchmarks") is not None:
     INSTALLED_APPS.append("benchmarks")
 
 MIDDLEWARE = [
+    "memoryhub.postgresql.wait_limit.WaitLimitMiddleware",  # no wait for the database without end
     "agents.throttles.RateLimitedTokensMiddleware",  # 429 before anything else for a token told to wait
     "django.middleware.security.SecurityMiddleware",
     "memoryhub.middleware.ApiJsonErrorsMiddleware",  # JSON 404/500/503 on /api/ and /mcp, in every mode
@@ -130,6 +131,16 @@ def _database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict:
 MEMORYHUB_DB_FORCE_CUSTOM_PLANS = env_bool("MEMORYHUB_DB_FORCE_CUSTOM_PLANS", True)
 
 
+# The longest a web request waits for one answer of the database (a query, a commit, a pooled connection's
+# check) before it ends with 503 database_unavailable: a database that hangs (its processes stopped, a network
+# dropping replies) answers nothing, and its own statement_timeout cannot fire. A search's deadline is far
+# shorter; Celery tasks and commands have no such limit. 0 = none. (memoryhub/postgresql/wait_limit.py)
+MEMORYHUB_DB_ANSWER_TIMEOUT = env_float("MEMORYHUB_DB_ANSWER_TIMEOUT", 30.0, minimum=0)
+# The longest a new connection may take to open (libpq's connect_timeout; psycopg takes no less than 2),
+# unless DATABASE_URL sets its own: a hung server accepts the connection and never finishes the handshake.
+MEMORYHUB_DB_CONNECT_TIMEOUT = env_int("MEMORYHUB_DB_CONNECT_TIMEOUT", 10, minimum=2)
+
+
 def _connection_options(options: dict) -> dict:
     """A connection's OPTIONS with plan_cache_mode added to its start-up options (the URL's own `options`
     are kept; a plan_cache_mode the URL sets wins)."""
@@ -159,7 +170,7 @@ DATABASES = {
         "CONN_MAX_AGE": env_int("MEMORYHUB_DB_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         **_database,
-        "OPTIONS": _connection_options(_database["OPTIONS"]),
+        "OPTIONS": {"connect_timeout": MEMORYHUB_DB_CONNECT_TIMEOUT, **_connection_options(_database["OPTIONS"])},
     }
 }
 # A bounded pool of connections per web process (gunicorn's config turns it on with one connection per

@@ -7,10 +7,16 @@ from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpResponse, JsonResponse
 
+from memoryhub.postgresql.wait_limit import wait_limit
+
+# How long /healthz waits for the database's answer: a database that hangs is unhealthy, and a load
+# balancer's probe gives up after a few seconds.
+HEALTH_DATABASE_SECONDS = 2.0
+
 
 def _database_ok() -> bool:
     try:
-        with connection.cursor() as cursor:
+        with wait_limit(HEALTH_DATABASE_SECONDS), connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return True
     except Exception:

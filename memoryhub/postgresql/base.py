@@ -1,6 +1,7 @@
 """The database backend of DATABASE_URL and DATABASE_REPLICA_URLS: Django's PostgreSQL backend, with a
 connection error that names the setting to change when the server refuses the start-up option the service
-sends, and (a pooled process only) an answer at once while the database is known to be down.
+sends, (a pooled process only) an answer at once while the database is known to be down, and connections
+whose waits for the database end within a web request's limit (memoryhub/postgresql/wait_limit.py).
 
 Every connection starts with ``-c plan_cache_mode=force_custom_plan`` in its libpq ``options``
 (MEMORYHUB_DB_FORCE_CUSTOM_PLANS, memoryhub/settings.py). A connection pooler may refuse any start-up option:
@@ -11,10 +12,12 @@ and answers "server busy"; ``make run`` and docker compose run ``migrate`` first
 with this message.)
 """
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.postgresql import base
 
 from memoryhub.postgresql.reachable import REACHABLE_PROBE_SECONDS, known_down
+from memoryhub.postgresql.wait_limit import LimitedConnection
 
 # What the server or pooler answers to a start-up option it does not accept.
 REFUSED_OPTIONS = "unsupported startup parameter: options"
@@ -27,7 +30,26 @@ HINT = (
 )
 
 
+class _Psycopg:
+    """psycopg as Django's backend uses it (``DatabaseWrapper.Database``), whose connections are
+    LimitedConnection (memoryhub/postgresql/wait_limit.py)."""
+
+    connect = staticmethod(LimitedConnection.connect)
+
+    def __getattr__(self, name):
+        return getattr(psycopg, name)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    Database = _Psycopg()
+
+    @property
+    def pool(self):
+        options = self.settings_dict["OPTIONS"].get("pool")
+        if isinstance(options, dict):
+            options.setdefault("connection_class", LimitedConnection)
+        return super().pool
+
     def get_new_connection(self, conn_params):
         # Without this, a pooled process holds each request's thread for the pool's whole wait while the
         # database is down (memoryhub/postgresql/reachable.py). The primary only: a replica's wait is short.

@@ -9,6 +9,7 @@ of the test session.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from memoryhub import embedded_postgres
@@ -40,6 +42,8 @@ def call(url: str, *, token: str | None = None, method: str = "GET", body: bytes
 # start it (memoryhub/gunicorn_conf.py: a pool of connections per process, whose wait is shortened here,
 # though kept well above the try (at most 2 s) of memoryhub/postgresql/reachable.py).
 POOL_WAIT_SECONDS = 6
+# The longest a request waits for one answer of the database (MEMORYHUB_DB_ANSWER_TIMEOUT, 30 s by default).
+ANSWER_LIMIT_SECONDS = 3
 # "embedded" is `make run`'s form: no DATABASE_URL, the embedded server's own backend (memoryhub/embedded_db).
 POOLED = (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"})
 SERVERS = {"unpooled": ([], {}), "pooled": POOLED, "embedded": POOLED}
@@ -60,6 +64,7 @@ def server(request, tmp_path_factory):
         "DEBUG": "0",
         "SECRET_KEY": "test-only-secret-key-for-the-database-down-test",
         "MEMORYHUB_TASKS_EAGER": "1",
+        "MEMORYHUB_DB_ANSWER_TIMEOUT": str(ANSWER_LIMIT_SECONDS),
         "MEMORYHUB_EMBEDDING_PROVIDER": "none",
         "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
         **extra,
@@ -191,4 +196,39 @@ def test_while_the_database_is_down_the_pooled_server_waits_for_its_pool_once_th
         assert max(waits) < POOL_WAIT_SECONDS / 2, waits
     finally:
         embedded_postgres.ensure_running(data_dir)
+    answers_again_soon(url, token)
+
+
+def postgres_processes(data_dir: Path) -> list[psutil.Process]:
+    """The server's postmaster (the first line of its postmaster.pid) and every process it started."""
+    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+    return [postmaster, *postmaster.children(recursive=True)]
+
+
+@pytest.mark.parametrize("server", ["unpooled", "pooled"], indirect=True)
+def test_a_database_that_hangs_is_answered_503_within_seconds_and_the_server_recovers(server):
+    """Every process of the database stopped (SIGSTOP): connections are accepted and nothing is answered,
+    as with a hung server or a network that drops the replies. Before, a search and /healthz waited without
+    end (neither answered within the client's 30 s). Now each wait for the database ends after
+    MEMORYHUB_DB_ANSWER_TIMEOUT (2 s for /healthz), and new connections after their connect timeout
+    (memoryhub/postgresql/wait_limit.py)."""
+    url, token, data_dir, _ = server
+    search = {"token": token, "method": "POST", "body": b'{"query": "anything"}'}
+    assert call(f"{url}/api/v1/search", **search)[0] == 200
+    processes = postgres_processes(data_dir)
+    for process in processes:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        for path, options in [("/api/v1/search", search), ("/healthz", {}), ("/api/v1/search", search)]:
+            started = time.monotonic()
+            status, headers, content = call(f"{url}{path}", **options)
+            took = time.monotonic() - started
+            assert status == 503, (path, status, content)
+            assert took < 25, f"{path} answered after {took:.1f} s"
+            if path != "/healthz":
+                assert json.loads(content)["error"]["code"] == "database_unavailable", content
+                assert headers["Retry-After"].isdigit()
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGCONT)
     answers_again_soon(url, token)
