@@ -30,6 +30,9 @@ started_here: set[Path] = set()
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / ".pgdata"
 # How long a clean stop may take (the shutdown checkpoint is slow on a busy machine).
 STOP_TIMEOUT_SECONDS = 180
+# How long the check that the service's database exists may wait to connect: a server that runs and hangs
+# (its processes stopped) accepts the connection and never answers (psycopg's default wait is 130 s).
+CONNECT_TIMEOUT_SECONDS = 10
 
 # platformdirs warns on every start when XDG_RUNTIME_DIR is unset; pgserver copes without it.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -79,7 +82,7 @@ def ensure_running(data_dir: Path = DEFAULT_DATA_DIR) -> dict:
 
 
 def _ensure_database(params: dict) -> None:
-    with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True) as conn:
+    with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [params["dbname"]]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{params["dbname"]}"')
