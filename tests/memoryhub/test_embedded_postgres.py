@@ -76,30 +76,22 @@ def test_a_first_connection_to_a_hung_server_ends_with_djangos_error_within_the_
     process stopped), that check waited psycopg's default 130 s, and its raw psycopg error escaped Django's
     wrapping when a pool was first made: a web request answered 500 after 130 s (seen under make run). Now
     it gives up after CONNECT_TIMEOUT_SECONDS with Django's OperationalError (a 503 for the API)."""
-    import signal
     import time
 
-    import psutil
     from django.db import OperationalError
 
     from memoryhub.embedded_db.base import DatabaseWrapper
+    from tests.reliability.processes import postgres_hung
 
     embedded_postgres.ensure_running(data_dir)
     monkeypatch.setattr(embedded_postgres, "CONNECT_TIMEOUT_SECONDS", 2)
-    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
-    processes = [postmaster, *postmaster.children(recursive=True)]
     wrapper = DatabaseWrapper({
         "ENGINE": "memoryhub.embedded_db", "NAME": "memoryhub", "USER": "", "PASSWORD": "", "HOST": "", "PORT": "",
         "OPTIONS": {}, "EMBEDDED_DATA_DIR": str(data_dir), "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False,
         "AUTOCOMMIT": True, "ATOMIC_REQUESTS": False, "TIME_ZONE": None, "TEST": {},
     }, alias="hung")
-    for process in processes:
-        process.send_signal(signal.SIGSTOP)
-    try:
+    with postgres_hung(data_dir):
         started = time.monotonic()
         with pytest.raises(OperationalError):
             wrapper.get_connection_params()
         assert time.monotonic() - started < 10
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGCONT)

@@ -1,6 +1,7 @@
 """Real processes for the failure tests: a Celery worker (with beat), a gunicorn web server and a Redis
 of their own, each a subprocess on this test database, stopped or killed when a test says so."""
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 
 from tests.indexing.test_worker import redis_or_skip, test_database_url
@@ -107,6 +109,21 @@ def start_worker(tmp_path: Path, env: dict, *, name: str = "worker") -> Process:
         env,
         tmp_path / f"{name}.log",
     )
+
+
+@contextlib.contextmanager
+def postgres_hung(data_dir: Path):
+    """Every process of the embedded PostgreSQL in ``data_dir`` stopped (SIGSTOP) for the block: the server
+    accepts connections and answers nothing, as a hung server or a network that drops its replies."""
+    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+    processes = [postmaster, *postmaster.children(recursive=True)]
+    for process in processes:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGCONT)
 
 
 def start_web(tmp_path: Path, env: dict) -> tuple[Process, str]:

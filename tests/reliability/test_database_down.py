@@ -9,7 +9,6 @@ of the test session.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,11 +16,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
 
 from memoryhub import embedded_postgres
-from tests.reliability.processes import BASE_DIR, free_port
+from tests.reliability.processes import BASE_DIR, free_port, postgres_hung
 
 
 
@@ -150,7 +148,7 @@ def answers_again_soon(url: str, token: str) -> None:
     """The database has just been started again: the server answers within BACK_WITHIN_SECONDS."""
     back = time.monotonic()
     while call(f"{url}/api/v1/status", token=token)[0] != 200:
-        assert time.monotonic() - back < BACK_WITHIN_SECONDS, "the pooled server still answers 503"
+        assert time.monotonic() - back < BACK_WITHIN_SECONDS, "the server still answers 503"
         time.sleep(0.5)
 
 
@@ -199,12 +197,6 @@ def test_while_the_database_is_down_the_pooled_server_waits_for_its_pool_once_th
     answers_again_soon(url, token)
 
 
-def postgres_processes(data_dir: Path) -> list[psutil.Process]:
-    """The server's postmaster (the first line of its postmaster.pid) and every process it started."""
-    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
-    return [postmaster, *postmaster.children(recursive=True)]
-
-
 @pytest.mark.parametrize("server", ["unpooled", "pooled"], indirect=True)
 def test_a_database_that_hangs_is_answered_503_within_seconds_and_the_server_recovers(server):
     """Every process of the database stopped (SIGSTOP): connections are accepted and nothing is answered,
@@ -215,10 +207,7 @@ def test_a_database_that_hangs_is_answered_503_within_seconds_and_the_server_rec
     url, token, data_dir, _ = server
     search = {"token": token, "method": "POST", "body": b'{"query": "anything"}'}
     assert call(f"{url}/api/v1/search", **search)[0] == 200
-    processes = postgres_processes(data_dir)
-    for process in processes:
-        process.send_signal(signal.SIGSTOP)
-    try:
+    with postgres_hung(data_dir):
         for path, options in [("/api/v1/search", search), ("/healthz", {}), ("/api/v1/search", search)]:
             started = time.monotonic()
             status, headers, content = call(f"{url}{path}", **options)
@@ -228,7 +217,4 @@ def test_a_database_that_hangs_is_answered_503_within_seconds_and_the_server_rec
             if path != "/healthz":
                 assert json.loads(content)["error"]["code"] == "database_unavailable", content
                 assert headers["Retry-After"].isdigit()
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGCONT)
     answers_again_soon(url, token)
