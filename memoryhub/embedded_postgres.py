@@ -30,8 +30,9 @@ started_here: set[Path] = set()
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / ".pgdata"
 # How long a clean stop may take (the shutdown checkpoint is slow on a busy machine).
 STOP_TIMEOUT_SECONDS = 180
-# How long the check that the service's database exists may wait to connect: a server that runs and hangs
-# (its processes stopped) accepts the connection and never answers (psycopg's default wait is 130 s).
+# How long the check that the service's database exists may wait to connect, unless the caller gives its own
+# (the service's connections give MEMORYHUB_DB_CONNECT_TIMEOUT): a server that runs and hangs (its processes
+# stopped) accepts the connection and never answers (psycopg's default wait is 130 s).
 CONNECT_TIMEOUT_SECONDS = 10
 
 # platformdirs warns on every start when XDG_RUNTIME_DIR is unset; pgserver copes without it.
@@ -59,7 +60,7 @@ def is_running(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
     return _postmaster(Path(data_dir)) is not None
 
 
-def ensure_running(data_dir: Path = DEFAULT_DATA_DIR) -> dict:
+def ensure_running(data_dir: Path = DEFAULT_DATA_DIR, *, connect_timeout: int | None = None) -> dict:
     """Start the server if needed (initdb on an empty folder) and return connection parameters
     for the ``memoryhub`` database, creating that database on first use."""
     data_dir = Path(data_dir).resolve()
@@ -77,12 +78,12 @@ def ensure_running(data_dir: Path = DEFAULT_DATA_DIR) -> dict:
         if info is None:
             raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not start; see {data_dir / 'log'}")
     params = {"host": str(info.socket_dir), "port": info.port, "user": "postgres", "dbname": DATABASE_NAME}
-    _ensure_database(params)
+    _ensure_database(params, connect_timeout or CONNECT_TIMEOUT_SECONDS)
     return params
 
 
-def _ensure_database(params: dict) -> None:
-    with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+def _ensure_database(params: dict, connect_timeout: int) -> None:
+    with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True, connect_timeout=connect_timeout) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [params["dbname"]]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{params["dbname"]}"')

@@ -22,6 +22,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
             # Django's error for a server that does not answer, as for any connection (a 503, not a 500): this
             # runs outside Django's own wrapping when a pool is first made.
             with self.wrap_database_errors:
-                params = embedded_postgres.ensure_running(Path(self.settings_dict["EMBEDDED_DATA_DIR"]))
+                params = embedded_postgres.ensure_running(
+                    Path(self.settings_dict["EMBEDDED_DATA_DIR"]),
+                    connect_timeout=self.settings_dict["OPTIONS"].get("connect_timeout"),
+                )
             self.settings_dict.update(HOST=params["host"], PORT=str(params["port"]), USER=params["user"])
         return super().get_connection_params()

@@ -71,11 +71,13 @@ def test_importing_the_settings_starts_no_server_and_the_first_connection_does(d
     assert embedded_postgres.is_running(data_dir)
 
 
-def test_a_first_connection_to_a_hung_server_ends_with_djangos_error_within_the_connect_timeout(data_dir, monkeypatch):
+@pytest.mark.parametrize("given", [True, False], ids=["MEMORYHUB_DB_CONNECT_TIMEOUT", "module default"])
+def test_a_first_connection_to_a_hung_server_ends_with_djangos_error_within_the_connect_timeout(data_dir, monkeypatch, given):
     """A process's first connection checks that the service's database exists. With the server hung (every
     process stopped), that check waited psycopg's default 130 s, and its raw psycopg error escaped Django's
     wrapping when a pool was first made: a web request answered 500 after 130 s (seen under make run). Now
-    it gives up after CONNECT_TIMEOUT_SECONDS with Django's OperationalError (a 503 for the API)."""
+    it gives up after the connection's connect_timeout (MEMORYHUB_DB_CONNECT_TIMEOUT), or without one
+    CONNECT_TIMEOUT_SECONDS, with Django's OperationalError (a 503 for the API)."""
     import time
 
     from django.db import OperationalError
@@ -84,10 +86,13 @@ def test_a_first_connection_to_a_hung_server_ends_with_djangos_error_within_the_
     from tests.reliability.processes import postgres_hung
 
     embedded_postgres.ensure_running(data_dir)
-    monkeypatch.setattr(embedded_postgres, "CONNECT_TIMEOUT_SECONDS", 2)
+    if given:
+        monkeypatch.setattr(embedded_postgres, "CONNECT_TIMEOUT_SECONDS", 60)  # not this one
+    else:
+        monkeypatch.setattr(embedded_postgres, "CONNECT_TIMEOUT_SECONDS", 2)
     wrapper = DatabaseWrapper({
         "ENGINE": "memoryhub.embedded_db", "NAME": "memoryhub", "USER": "", "PASSWORD": "", "HOST": "", "PORT": "",
-        "OPTIONS": {}, "EMBEDDED_DATA_DIR": str(data_dir), "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False,
+        "OPTIONS": {"connect_timeout": 2} if given else {}, "EMBEDDED_DATA_DIR": str(data_dir), "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False,
         "AUTOCOMMIT": True, "ATOMIC_REQUESTS": False, "TIME_ZONE": None, "TEST": {},
     }, alias="hung")
     with postgres_hung(data_dir):
