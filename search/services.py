@@ -273,10 +273,16 @@ def _search_checks(
     return SearchChecks(pending, awaiting_vectors, failed_with_chunks, has_vectors, has_index, has_words, plan_rows)
 
 
-def _batches_in_flight(*, agent: Agent) -> bool:
+def _batches_in_flight(*, agent: Agent, deadline: SearchDeadline) -> bool:
+    """Whether the agent's files wait on the embedding provider's batch; False when the search has no time
+    left to ask (the note then leaves the batch out)."""
     from indexing.embedding_batches import batches_in_flight
 
-    return batches_in_flight(agent_id=agent.pk).exists()
+    try:
+        with deadline.queries():
+            return batches_in_flight(agent_id=agent.pk).exists()
+    except SearchTimedOut:
+        return False
 
 
 def memory_search(
@@ -561,7 +567,7 @@ def _memory_search(
     if awaiting_vectors and (mode or "hybrid") != "keyword":  # asked for vectors: say which files have none yet
         note = (f"{awaiting_vectors} file(s) are searchable by keyword only until their vectors are computed (their "
                 "chunks are scored by their keywords alone meanwhile)")
-        if _batches_in_flight(agent=agent):
+        if _batches_in_flight(agent=agent, deadline=deadline):
             note += " (bulk work in the embedding provider's batch: within its window, up to 24 h)"
         notes.append(note + ".")
     metrics.search_observe(mode=used_mode, results=len(results), seconds=time.perf_counter() - started)
@@ -651,7 +657,12 @@ def _embed_for_search(
         return None, "Vector search is off (embedding provider 'none')."
     if not has_vectors:
         return None, f"No chunk of this agent is embedded with {identity.key} yet."
-    if (paused := vectors_paused(identity)) is not None:
+    try:
+        with deadline.queries():  # read at most once a minute per process (indexing/model_check.py)
+            paused = vectors_paused(identity)
+    except SearchTimedOut:
+        return None, "The search ran out of time before the query could be embedded."
+    if paused is not None:
         return None, paused
     if deadline.expired:  # not the provider's fault: the breaker must not count it
         return None, "The search ran out of time before the query could be embedded."
