@@ -17,7 +17,12 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.postgresql import base
 
 from memoryhub.postgresql.reachable import REACHABLE_PROBE_SECONDS, known_down
-from memoryhub.postgresql.wait_limit import LimitedConnection
+from memoryhub.postgresql.wait_limit import LimitedConnection, wait_limit_at_most
+
+# The pool checks the connection it hands out (an empty query, CONN_HEALTH_CHECKS): a database that runs answers
+# it at once. Within a request the check waits this long at most, not the request's whole answer limit (30 s by
+# default): a hung database then costs a pooled process's first request the pool's wait (10 s), as a stopped one does.
+POOL_CHECK_SECONDS = 2.0
 
 # What the server or pooler answers to a start-up option it does not accept.
 REFUSED_OPTIONS = "unsupported startup parameter: options"
@@ -58,7 +63,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 f"the database did not answer a new connection (tried again every {REACHABLE_PROBE_SECONDS:g} s)"
             )
         try:
-            return super().get_new_connection(conn_params)
+            if self.pool is None:
+                return super().get_new_connection(conn_params)
+            with wait_limit_at_most(POOL_CHECK_SECONDS):
+                return super().get_new_connection(conn_params)
         except self.Database.OperationalError as exc:
             if REFUSED_OPTIONS in str(exc) and "plan_cache_mode" in str(conn_params.get("options", "")):
                 raise self.Database.OperationalError(f"{exc.args[0] if exc.args else exc}; {HINT}") from exc

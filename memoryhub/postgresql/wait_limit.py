@@ -36,6 +36,14 @@ def wait_limit(seconds: float | None):
         _limit.reset(token)
 
 
+@contextlib.contextmanager
+def wait_limit_at_most(seconds: float):
+    """Within the block, the limit in force or ``seconds``, whichever is shorter (no limit stays none)."""
+    limit = _limit.get()
+    with wait_limit(min(limit, seconds) if limit else None):
+        yield
+
+
 class LimitedConnection(psycopg.Connection):
     def wait(self, gen, *args, **kwargs):
         limit = _limit.get()

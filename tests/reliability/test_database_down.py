@@ -44,7 +44,9 @@ POOL_WAIT_SECONDS = 6
 ANSWER_LIMIT_SECONDS = 3
 # "embedded" is `make run`'s form: no DATABASE_URL, the embedded server's own backend (memoryhub/embedded_db).
 POOLED = (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"})
-SERVERS = {"unpooled": ([], {}), "pooled": POOLED, "embedded": POOLED}
+# "pooled-patient": the pooled server with an answer limit longer than the test client waits (30 s).
+PATIENT = (POOLED[0], {**POOLED[1], "MEMORYHUB_DB_ANSWER_TIMEOUT": "60"})
+SERVERS = {"unpooled": ([], {}), "pooled": POOLED, "embedded": POOLED, "pooled-patient": PATIENT}
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
@@ -98,6 +100,7 @@ def server(request, tmp_path_factory):
         embedded_postgres.stop(data_dir)
 
 
+@pytest.mark.parametrize("server", ["unpooled", "pooled", "embedded"], indirect=True)
 def test_with_the_database_stopped_the_api_answers_503_and_recovers_by_itself(server):
     url, token, data_dir, _ = server
     assert call(f"{url}/api/v1/status", token=token)[0] == 200
@@ -217,4 +220,25 @@ def test_a_database_that_hangs_is_answered_503_within_seconds_and_the_server_rec
             if path != "/healthz":
                 assert json.loads(content)["error"]["code"] == "database_unavailable", content
                 assert headers["Retry-After"].isdigit()
+    answers_again_soon(url, token)
+
+
+@pytest.mark.parametrize("server", ["pooled-patient"], indirect=True)
+def test_a_hung_database_costs_a_pooled_process_its_pool_wait_not_the_whole_answer_limit(server):
+    """The pool checks each connection it hands out (an empty query). During a hang that check waited the
+    request's whole answer limit (30 s by default: the first search of each web process under make run
+    answered 503 after 32 s; here the limit is 60 s, and the client gave up at 30 s). The check now waits
+    POOL_CHECK_SECONDS (memoryhub/postgresql/base.py), so the first request waits the pool's wait, as it does
+    when the database is stopped, and the next ones are answered at once."""
+    url, token, data_dir, _ = server
+    search = {"token": token, "method": "POST", "body": b'{"query": "anything"}'}
+    assert call(f"{url}/api/v1/search", **search)[0] == 200
+    with postgres_hung(data_dir):
+        waits = []
+        for _ in range(3):
+            started = time.monotonic()
+            status, _, content = call(f"{url}/api/v1/search", **search)
+            waits.append(round(time.monotonic() - started, 1))
+            assert status == 503 and json.loads(content)["error"]["code"] == "database_unavailable", content
+        assert waits[0] < POOL_WAIT_SECONDS + 10 and max(waits[1:]) < 1, waits
     answers_again_soon(url, token)
