@@ -16,7 +16,7 @@ HEALTH_DATABASE_SECONDS = 2.0
 
 def _database_ok() -> bool:
     try:
-        with wait_limit(HEALTH_DATABASE_SECONDS), connection.cursor() as cursor:
+        with wait_limit(HEALTH_DATABASE_SECONDS, why="/healthz"), connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return True
     except Exception:

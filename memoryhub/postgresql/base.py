@@ -65,7 +65,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         try:
             if self.pool is None:
                 return super().get_new_connection(conn_params)
-            with wait_limit_at_most(POOL_CHECK_SECONDS):
+            with wait_limit_at_most(POOL_CHECK_SECONDS, why="the pool's check of a connection"):
                 return super().get_new_connection(conn_params)
         except self.Database.OperationalError as exc:
             if REFUSED_OPTIONS in str(exc) and "plan_cache_mode" in str(conn_params.get("options", "")):

@@ -23,13 +23,14 @@ import contextvars
 import psycopg
 from django.conf import settings
 
-_limit: contextvars.ContextVar[float | None] = contextvars.ContextVar("memoryhub_db_wait_limit", default=None)
+# (seconds, what set them: named in the error) or None.
+_limit: contextvars.ContextVar[tuple[float, str] | None] = contextvars.ContextVar("memoryhub_db_wait_limit", default=None)
 
 
 @contextlib.contextmanager
-def wait_limit(seconds: float | None):
+def wait_limit(seconds: float | None, *, why: str = "MEMORYHUB_DB_ANSWER_TIMEOUT"):
     """Within the block, each wait for the database's answer ends after ``seconds`` (None or 0: no limit)."""
-    token = _limit.set(seconds or None)
+    token = _limit.set((seconds, why) if seconds else None)
     try:
         yield
     finally:
@@ -37,11 +38,14 @@ def wait_limit(seconds: float | None):
 
 
 @contextlib.contextmanager
-def wait_limit_at_most(seconds: float):
+def wait_limit_at_most(seconds: float, *, why: str):
     """Within the block, the limit in force or ``seconds``, whichever is shorter (no limit stays none)."""
     limit = _limit.get()
-    with wait_limit(min(limit, seconds) if limit else None):
+    if limit is None or limit[0] <= seconds:
         yield
+    else:
+        with wait_limit(seconds, why=why):
+            yield
 
 
 class LimitedConnection(psycopg.Connection):
@@ -49,13 +53,12 @@ class LimitedConnection(psycopg.Connection):
         limit = _limit.get()
         if limit is None or args or kwargs.get("timeout") is not None:
             return super().wait(gen, *args, **kwargs)
+        seconds, why = limit
         try:
-            return super().wait(gen, *args, **kwargs, timeout=limit)
+            return super().wait(gen, *args, **kwargs, timeout=seconds)
         except psycopg.errors._WaitTimeout:  # psycopg's own (private) error for a wait past its timeout
             self.close()  # the answer may still come: this connection cannot be used again
-            raise psycopg.OperationalError(
-                f"the database did not answer within {limit:g} s (MEMORYHUB_DB_ANSWER_TIMEOUT)"
-            ) from None
+            raise psycopg.OperationalError(f"the database did not answer within {seconds:g} s ({why})") from None
 
 
 class WaitLimitMiddleware:

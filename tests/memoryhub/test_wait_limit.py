@@ -7,7 +7,7 @@ import time
 import pytest
 from django.db import OperationalError, connection
 
-from memoryhub.postgresql.wait_limit import LimitedConnection, wait_limit
+from memoryhub.postgresql.wait_limit import LimitedConnection, wait_limit, wait_limit_at_most
 
 
 @pytest.mark.django_db
@@ -17,7 +17,7 @@ def test_a_wait_past_the_limit_ends_and_closes_the_connection():
     with wait_limit(5), connection.cursor() as cursor:
         cursor.execute("SELECT pg_sleep(0.1)")  # within the limit: answered
     started = time.monotonic()
-    with pytest.raises(OperationalError, match="did not answer within 0.5 s"), wait_limit(0.5):
+    with pytest.raises(OperationalError, match=r"did not answer within 0.5 s \(MEMORYHUB_DB_ANSWER_TIMEOUT\)"), wait_limit(0.5):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(3)")
     assert time.monotonic() - started < 2.5
@@ -31,3 +31,22 @@ def test_without_a_limit_a_query_takes_its_time():
     with connection.cursor() as cursor:  # no limit set at all: a task's or a command's query
         cursor.execute("SELECT pg_sleep(0.6)")
         assert cursor.fetchone() == ("",)  # pg_sleep's void: answered
+
+
+@pytest.mark.django_db
+def test_a_shorter_limit_for_one_wait_names_itself():
+    """The pool's check of a connection (memoryhub/postgresql/base.py) waits a shorter time than its request."""
+    with wait_limit(30), wait_limit_at_most(5, why="a check"), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(0.1)")
+    with pytest.raises(OperationalError, match=r"did not answer within 0.5 s \(a check\)"):
+        with wait_limit(30), wait_limit_at_most(0.5, why="a check"), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(3)")
+
+
+@pytest.mark.django_db
+def test_a_shorter_limit_for_one_wait_keeps_a_shorter_one_and_adds_none_where_there_was_none():
+    with wait_limit_at_most(0.5, why="a check"), connection.cursor() as cursor:  # no limit: none added
+        cursor.execute("SELECT pg_sleep(0.7)")
+    with pytest.raises(OperationalError, match=r"within 0.5 s \(MEMORYHUB_DB_ANSWER_TIMEOUT\)"):
+        with wait_limit(0.5), wait_limit_at_most(5, why="a check"), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(3)")
