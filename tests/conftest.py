@@ -229,6 +229,15 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
+def _model_check_read_afresh():
+    """Each test's first search reads the model check's answer (indexing/model_check.py caches it for a minute
+    per process): whether a search sends that query must not depend on which test ran in the minute before."""
+    from indexing.model_check import model_check_cache_clear
+
+    model_check_cache_clear()
+
+
+@pytest.fixture(autouse=True)
 def _no_window_probe(settings):
     settings.MEMORYHUB_EMBEDDING_WINDOW_PROBE = False
 
