@@ -116,14 +116,21 @@ def postgres_hung(data_dir: Path):
     """Every process of the embedded PostgreSQL in ``data_dir`` stopped (SIGSTOP) for the block: the server
     accepts connections and answers nothing, as a hung server or a network that drops its replies."""
     postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+    postmaster.send_signal(signal.SIGSTOP)  # first: it starts no process after the list is read
     processes = [postmaster, *postmaster.children(recursive=True)]
-    for process in processes:
-        process.send_signal(signal.SIGSTOP)
+    _signal_each(processes[1:], signal.SIGSTOP)
     try:
         yield
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGCONT)
+        _signal_each(processes, signal.SIGCONT)
+
+
+def _signal_each(processes: list, sig: int) -> None:
+    """A process that ended since the list was read (a backend whose client had just closed) is passed over:
+    signalling it raised NoSuchProcess, and the test failed now and then."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(sig)
 
 
 def start_web(tmp_path: Path, env: dict) -> tuple[Process, str]:
