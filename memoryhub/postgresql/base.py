@@ -16,7 +16,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.postgresql import base
 
-from memoryhub.postgresql.reachable import REACHABLE_PROBE_SECONDS, known_down
+from memoryhub.postgresql.reachable import REACHABLE_PROBE_SECONDS, found_down, known_down
 from memoryhub.postgresql.wait_limit import LimitedConnection, wait_limit_at_most
 
 # The pool checks the connection it hands out (an empty query, CONN_HEALTH_CHECKS): a database that runs answers
@@ -57,8 +57,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def get_new_connection(self, conn_params):
         # Without this, a pooled process holds each request's thread for the pool's whole wait while the
-        # database is down (memoryhub/postgresql/reachable.py). The primary only: a replica's wait is short.
-        if self.pool is not None and self.alias == DEFAULT_DB_ALIAS and known_down():
+        # database is down, and a bare one for the connect timeout while it hangs
+        # (memoryhub/postgresql/reachable.py). The primary only: a replica's wait is short.
+        if self.alias == DEFAULT_DB_ALIAS and known_down():
             raise self.Database.OperationalError(
                 f"the database did not answer a new connection (tried again every {REACHABLE_PROBE_SECONDS:g} s)"
             )
@@ -67,6 +68,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 return super().get_new_connection(conn_params)
             with wait_limit_at_most(POOL_CHECK_SECONDS, why="the pool's check of a connection"):
                 return super().get_new_connection(conn_params)
+        except psycopg.errors.ConnectionTimeout as exc:  # a bare server's own (a pool's wait ends in PoolTimeout)
+            if self.alias == DEFAULT_DB_ALIAS:
+                found_down(exc)
+            raise
         except self.Database.OperationalError as exc:
             if REFUSED_OPTIONS in str(exc) and "plan_cache_mode" in str(conn_params.get("options", "")):
                 raise self.Database.OperationalError(f"{exc.args[0] if exc.args else exc}; {HINT}") from exc

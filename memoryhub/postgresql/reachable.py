@@ -12,6 +12,10 @@ the two apart, and is asked for by two callers:
   database down (``known_down``), a request is answered ``database_unavailable`` at once instead of holding
   its thread for the pool's whole wait (10 s by default) on a connection that cannot open.
 
+A bare server (no pool) connects at each request. A database that is stopped refuses at once, but a hung one
+holds each new connection for its whole connect timeout (10 s): such a timeout counts as a try that found the
+database down (``found_down``), and the requests after it are answered at once, as a pooled server's are.
+
 A try is made at most once every REACHABLE_PROBE_SECONDS per process and lasts at most
 REACHABLE_PROBE_TIMEOUT seconds; in between, the last answer holds. So during an outage a pooled process
 answers its first request after the pool's wait and the others at once, and once the database is back its
@@ -45,15 +49,28 @@ def database_reachable() -> bool:
         try:
             params = connections[DEFAULT_DB_ALIAS].get_connection_params()
             psycopg.connect(**{**params, "connect_timeout": REACHABLE_PROBE_TIMEOUT}).close()
-            reachable = True
         except Exception as exc:  # any failure to connect is the answer
-            reachable = False
-            if _probe["reachable"]:  # said once per outage, with the reason (a pooler's refusal, say)
-                logger.error("the database does not answer a new connection: %s", str(exc).strip())
-        if reachable and not _probe["reachable"]:
-            logger.warning("the database answers a new connection again")
-        _probe.update(at=_clock(), reachable=reachable)
-        return reachable
+            _record(reachable=False, reason=exc)
+        else:
+            _record(reachable=True)
+        return _probe["reachable"]
+
+
+def found_down(reason: Exception) -> None:
+    """A connection of the process's own timed out: the same answer as a try's, without another try (a bare
+    server's request, which connects by itself, found the database hung)."""
+    with _probe_lock:
+        _record(reachable=False, reason=reason)
+
+
+def _record(*, reachable: bool, reason: Exception | None = None) -> None:
+    """The answer of a try, with the lock held; the log says once when the database stops answering (with the
+    reason: a pooler's refusal, say) and once when it answers again."""
+    if not reachable and _probe["reachable"]:
+        logger.error("the database does not answer a new connection: %s", str(reason).strip())
+    if reachable and not _probe["reachable"]:
+        logger.warning("the database answers a new connection again")
+    _probe.update(at=_clock(), reachable=reachable)
 
 
 def known_down() -> bool:

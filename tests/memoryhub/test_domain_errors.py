@@ -140,3 +140,23 @@ def test_a_request_that_comes_while_a_try_runs_waits_for_its_answer(database_pro
     finish.set()
     first.join(5), second.join(5)
     assert answers == [False, False] and len(database_probe.tries) == 1
+
+
+def test_a_connection_of_its_own_that_timed_out_counts_as_a_try_that_found_the_database_down(database_probe, caplog):
+    """A bare server's request connects by itself: its connect timeout (a hung database) is the answer a try
+    would give, so the requests after it are answered at once until a try finds the database back."""
+    import psycopg
+
+    from memoryhub.postgresql import reachable
+
+    probe = database_probe
+    reachable.found_down(psycopg.errors.ConnectionTimeout("connection timeout expired"))
+    assert reachable.known_down() and probe.tries == []  # no try of its own
+    reachable.found_down(psycopg.errors.ConnectionTimeout("connection timeout expired"))  # said once
+    probe.clock += reachable.REACHABLE_PROBE_SECONDS
+    assert not reachable.known_down() and len(probe.tries) == 1  # the database answers again
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == reachable.__name__]
+    assert said == [
+        ("ERROR", "the database does not answer a new connection: connection timeout expired"),
+        ("WARNING", "the database answers a new connection again"),
+    ]

@@ -206,20 +206,24 @@ def test_a_database_that_hangs_is_answered_503_within_seconds_and_the_server_rec
     as with a hung server or a network that drops the replies. Before, a search and /healthz waited without
     end (neither answered within the client's 30 s). Now each wait for the database ends after
     MEMORYHUB_DB_ANSWER_TIMEOUT (2 s for /healthz), and new connections after their connect timeout
-    (memoryhub/postgresql/wait_limit.py)."""
+    (memoryhub/postgresql/wait_limit.py). The first request's wait finds the database down, and the next ones
+    are answered at once: the bare server's /healthz and next search waited their connect timeout (10 s) too
+    until its timed-out connection counted as a try that found the database down
+    (memoryhub/postgresql/reachable.py)."""
     url, token, data_dir, _ = server
     search = {"token": token, "method": "POST", "body": b'{"query": "anything"}'}
     assert call(f"{url}/api/v1/search", **search)[0] == 200
     with postgres_hung(data_dir):
+        waits = []
         for path, options in [("/api/v1/search", search), ("/healthz", {}), ("/api/v1/search", search)]:
             started = time.monotonic()
             status, headers, content = call(f"{url}{path}", **options)
-            took = time.monotonic() - started
+            waits.append(round(time.monotonic() - started, 1))
             assert status == 503, (path, status, content)
-            assert took < 25, f"{path} answered after {took:.1f} s"
             if path != "/healthz":
                 assert json.loads(content)["error"]["code"] == "database_unavailable", content
                 assert headers["Retry-After"].isdigit()
+        assert waits[0] < 25 and max(waits[1:]) < 1, waits
     answers_again_soon(url, token)
 
 
