@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpResponse, JsonResponse
 
+from memoryhub.postgresql.reachable import database_reachable
 from memoryhub.postgresql.wait_limit import wait_limit
 
 # How long /healthz waits for the database's answer: a database that hangs is unhealthy, and a load
@@ -15,6 +16,11 @@ HEALTH_DATABASE_SECONDS = 2.0
 
 
 def _database_ok() -> bool:
+    # A new connection of the process's own first, at most one every 5 s (memoryhub/postgresql/reachable.py): it
+    # tells a stopped or hung database within 2 s, where a pooled process's first wait for its pool takes the
+    # pool's timeout (10 s), and the process's requests after it are answered at once.
+    if not database_reachable():
+        return False
     try:
         with wait_limit(HEALTH_DATABASE_SECONDS, why="/healthz"), connection.cursor() as cursor:
             cursor.execute("SELECT 1")

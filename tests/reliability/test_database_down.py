@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from memoryhub import embedded_postgres
+from memoryhub.postgresql.reachable import REACHABLE_PROBE_SECONDS
 from tests.reliability.processes import BASE_DIR, free_port, postgres_hung
 
 
@@ -44,8 +45,12 @@ POOL_WAIT_SECONDS = 6
 ANSWER_LIMIT_SECONDS = 3
 # "embedded" is `make run`'s form: no DATABASE_URL, the embedded server's own backend (memoryhub/embedded_db).
 POOLED = (["-c", "python:memoryhub.gunicorn_conf"], {"MEMORYHUB_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS), "MEMORYHUB_WEB_WORKERS": "1"})
-# "pooled-patient": the pooled server with an answer limit longer than the test client waits (30 s).
-PATIENT = (POOLED[0], {**POOLED[1], "MEMORYHUB_DB_ANSWER_TIMEOUT": "60"})
+# "pooled-patient": the pooled server with an answer limit longer than the test client waits (30 s), and a
+# longer pool wait.
+PATIENT_POOL_WAIT_SECONDS = 12
+PATIENT = (POOLED[0], {
+    **POOLED[1], "MEMORYHUB_DB_ANSWER_TIMEOUT": "60", "MEMORYHUB_DB_POOL_TIMEOUT": str(PATIENT_POOL_WAIT_SECONDS),
+})
 SERVERS = {"unpooled": ([], {}), "pooled": POOLED, "embedded": POOLED, "pooled-patient": PATIENT}
 
 
@@ -244,5 +249,26 @@ def test_a_hung_database_costs_a_pooled_process_its_pool_wait_not_the_whole_answ
             status, _, content = call(f"{url}/api/v1/search", **search)
             waits.append(round(time.monotonic() - started, 1))
             assert status == 503 and json.loads(content)["error"]["code"] == "database_unavailable", content
-        assert waits[0] < POOL_WAIT_SECONDS + 10 and max(waits[1:]) < 1, waits
+        assert waits[0] < PATIENT_POOL_WAIT_SECONDS + 10 and max(waits[1:]) < 1, waits
+    answers_again_soon(url, token)
+
+
+@pytest.mark.parametrize("server", ["pooled-patient"], indirect=True)
+def test_healthz_tells_a_hung_database_within_seconds_and_the_next_requests_are_answered_at_once(server):
+    """/healthz as a web process's first request of a hang answered after the pool's wait (10.1 s under make run),
+    though it waits 2 s for the database's answer: the pool's wait came first. It now tries a connection of its
+    own first (memoryhub/postgresql/reachable.py, at most one every 5 s), which finds the database down within
+    2 s, and the process's next requests are answered at once."""
+    url, token, data_dir, _ = server
+    assert call(f"{url}/healthz")[0] == 200
+    time.sleep(REACHABLE_PROBE_SECONDS)  # the last try's answer ("up") no longer holds
+    with postgres_hung(data_dir):
+        started = time.monotonic()
+        status, _, content = call(f"{url}/healthz")
+        took = time.monotonic() - started
+        assert status == 503 and json.loads(content)["database"] == "unreachable", content
+        assert took < PATIENT_POOL_WAIT_SECONDS / 2, f"/healthz answered after {took:.1f} s"
+        started = time.monotonic()
+        status, _, content = call(f"{url}/api/v1/search", token=token, method="POST", body=b'{"query": "x"}')
+        assert status == 503 and time.monotonic() - started < 1, content
     answers_again_soon(url, token)
