@@ -1,7 +1,8 @@
 """The database backend of DATABASE_URL and DATABASE_REPLICA_URLS: Django's PostgreSQL backend, with a
 connection error that names the setting to change when the server refuses the start-up option the service
-sends, (a pooled process only) an answer at once while the database is known to be down, and connections
-whose waits for the database end within a web request's limit (memoryhub/postgresql/wait_limit.py).
+sends, an answer at once while the database is known to be down (memoryhub/postgresql/reachable.py), and
+connections whose waits for the database end within a web request's limit (memoryhub/postgresql/wait_limit.py;
+a pool's check of a connection within POOL_CHECK_SECONDS).
 
 Every connection starts with ``-c plan_cache_mode=force_custom_plan`` in its libpq ``options``
 (MEMORYHUB_DB_FORCE_CUSTOM_PLANS, memoryhub/settings.py). A connection pooler may refuse any start-up option:

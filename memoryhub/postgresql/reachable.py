@@ -4,13 +4,15 @@ A pooled web process (MEMORYHUB_DB_POOL_SIZE; memoryhub/gunicorn_conf.py turns i
 from psycopg_pool, which waits up to MEMORYHUB_DB_POOL_TIMEOUT for one. That wait says only that no
 connection came: every one was in use (the database answers: the server is busy), or the pool could open
 none (the database is stopped, unreachable, or refuses the connection's options). One try of our own tells
-the two apart, and is asked for by two callers:
+the two apart, and is asked for by three callers:
 
 - ``memoryhub.errors.database_unavailable_body``, after a pool's timeout: ``server_busy`` or
   ``database_unavailable``;
-- ``memoryhub.postgresql.base.DatabaseWrapper``, before it asks the pool: while the last try found the
+- ``memoryhub.postgresql.base.DatabaseWrapper``, before it opens a connection: while the last try found the
   database down (``known_down``), a request is answered ``database_unavailable`` at once instead of holding
-  its thread for the pool's whole wait (10 s by default) on a connection that cannot open.
+  its thread for the pool's whole wait (10 s by default) on a connection that cannot open;
+- ``/healthz`` (memoryhub/views.py), before its query: it tells a stopped or hung database within the try's
+  2 s, where a pooled process's first wait for its pool takes the pool's timeout.
 
 A bare server (no pool) connects at each request. A database that is stopped refuses at once, but a hung one
 holds each new connection for its whole connect timeout (10 s): such a timeout counts as a try that found the
@@ -76,7 +78,7 @@ def _record(*, reachable: bool, reason: Exception | None = None) -> None:
 def known_down() -> bool:
     """True while the last try found the database down and a try now (when that answer is old) finds it
     still down. Makes no try while the last answer was "reachable", which is the usual case: a process
-    tries only after a pool's timeout has made it ask."""
+    tries only when a pool's timeout or /healthz asks (or its own connection timed out: ``found_down``)."""
     if _probe["reachable"]:
         return False
     return not database_reachable()
