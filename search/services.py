@@ -657,15 +657,16 @@ def _embed_for_search(
         return None, "Vector search is off (embedding provider 'none')."
     if not has_vectors:
         return None, f"No chunk of this agent is embedded with {identity.key} yet."
+    no_time = "The search ran out of time before the query could be embedded."
     try:
         with deadline.queries():  # read at most once a minute per process (indexing/model_check.py)
             paused = vectors_paused(identity)
     except SearchTimedOut:
-        return None, "The search ran out of time before the query could be embedded."
+        return None, no_time
     if paused is not None:
         return None, paused
     if deadline.expired:  # not the provider's fault: the breaker must not count it
-        return None, "The search ran out of time before the query could be embedded."
+        return None, no_time
     try:
         provider = get_provider()
         if provider is None:
