@@ -63,10 +63,33 @@ def is_running(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
 def ensure_running(data_dir: Path = DEFAULT_DATA_DIR, *, connect_timeout: int | None = None) -> dict:
     """Start the server if needed (initdb on an empty folder) and return connection parameters
     for the ``memoryhub`` database, creating that database on first use."""
+    params, _ = _started(data_dir)
+    _ensure_database(params, connect_timeout or CONNECT_TIMEOUT_SECONDS)
+    return params
+
+
+def connection_params(data_dir: Path = DEFAULT_DATA_DIR, *, connect_timeout: int | None = None) -> dict:
+    """The connection parameters of the server in ``data_dir``, as ``ensure_running`` gives them, but without a
+    connection to a server that was running already: the service's database was created by whoever started it
+    (``ensure_running``: make run, the command line, the test session; or this function, which creates it when
+    it starts the server). A process's first connection (memoryhub/embedded_db) asks this: a server that runs and
+    hangs then costs that connection its own connect timeout, which the backend counts as a try that found the
+    database down (memoryhub/postgresql/reachable.py), where a check of its own here cost every request of a
+    process that had not connected yet another wait."""
+    params, started = _started(data_dir)
+    if started:
+        _ensure_database(params, connect_timeout or CONNECT_TIMEOUT_SECONDS)
+    return params
+
+
+def _started(data_dir: Path) -> tuple[dict, bool]:
+    """The server's connection parameters, the server started first if it was not running; and whether this
+    call started it."""
     data_dir = Path(data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     info = _postmaster(data_dir)
-    if info is None:
+    started = info is None
+    if started:
         from pgserver import PostgresServer
 
         # pgserver caches one handle per folder and would hand back a stale one after stop().
@@ -77,9 +100,7 @@ def ensure_running(data_dir: Path = DEFAULT_DATA_DIR, *, connect_timeout: int | 
         info = _postmaster(data_dir)
         if info is None:
             raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not start; see {data_dir / 'log'}")
-    params = {"host": str(info.socket_dir), "port": info.port, "user": "postgres", "dbname": DATABASE_NAME}
-    _ensure_database(params, connect_timeout or CONNECT_TIMEOUT_SECONDS)
-    return params
+    return {"host": str(info.socket_dir), "port": info.port, "user": "postgres", "dbname": DATABASE_NAME}, started
 
 
 def _ensure_database(params: dict, connect_timeout: int) -> None:

@@ -7,6 +7,7 @@ connections) on its own throwaway embedded PostgreSQL, so stopping that database
 of the test session.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -54,16 +55,13 @@ PATIENT = (POOLED[0], {
 SERVERS = {"unpooled": ([], {}), "pooled": POOLED, "embedded": POOLED, "pooled-patient": PATIENT}
 
 
-@pytest.fixture(scope="module", params=list(SERVERS))
-def server(request, tmp_path_factory):
-    options, extra = SERVERS[request.param]
-    data_dir = tmp_path_factory.mktemp("pgdown")
-    params = embedded_postgres.ensure_running(data_dir)
-    if request.param == "embedded":
+def server_env(kind: str, data_dir: Path, params: dict) -> dict:
+    """The environment of a server of this kind on the database in ``data_dir``."""
+    if kind == "embedded":
         database = {"MEMORYHUB_EMBEDDED_POSTGRES_DIR": str(data_dir)}
     else:
         database = {"DATABASE_URL": f"postgresql://postgres@localhost:{params['port']}/{params['dbname']}?host={params['host']}"}
-    env = {
+    return {
         **{name: value for name, value in os.environ.items() if name != "DATABASE_URL"},
         **database,
         "DEBUG": "0",
@@ -72,16 +70,17 @@ def server(request, tmp_path_factory):
         "MEMORYHUB_DB_ANSWER_TIMEOUT": str(ANSWER_LIMIT_SECONDS),
         "MEMORYHUB_EMBEDDING_PROVIDER": "none",
         "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
-        **extra,
+        **SERVERS[kind][1],
     }
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=True, timeout=300)
-    created = subprocess.run([*manage, "create_agent", "db-down"], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True)
-    token = created.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def gunicorn(kind: str, env: dict, log_dir: Path, *, answers: tuple = (200,)):
+    """A server of this kind, once its /healthz answers one of ``answers``: its URL."""
     port = free_port()
-    log = open(tmp_path_factory.mktemp("log") / "gunicorn.log", "w")
+    log = open(log_dir / "gunicorn.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", *options, "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gunicorn", *SERVERS[kind][0], "memoryhub.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", "1", "--threads", "2", "--timeout", "60"],
         cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -90,18 +89,33 @@ def server(request, tmp_path_factory):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if call(f"{url}/healthz")[0] == 200:
+                if call(f"{url}/healthz")[0] in answers:
                     break
             except OSError:
                 pass
             time.sleep(0.3)
         else:
             pytest.fail(f"the server did not start: {Path(log.name).read_text()}")
-        yield url, token, data_dir, request.param
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module", params=list(SERVERS))
+def server(request, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("pgdown")
+    params = embedded_postgres.ensure_running(data_dir)
+    env = server_env(request.param, data_dir, params)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=True, timeout=300)
+    created = subprocess.run([*manage, "create_agent", "db-down"], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True)
+    token = created.stdout.strip().splitlines()[-1]
+    try:
+        with gunicorn(request.param, env, tmp_path_factory.mktemp("log")) as url:
+            yield url, token, data_dir, request.param
+    finally:
         embedded_postgres.stop(data_dir)
 
 
@@ -158,6 +172,17 @@ def answers_again_soon(url: str, token: str) -> None:
     while call(f"{url}/api/v1/status", token=token)[0] != 200:
         assert time.monotonic() - back < BACK_WITHIN_SECONDS, "the server still answers 503"
         time.sleep(0.5)
+
+
+def searches_unavailable(url: str, token: str, count: int = 3) -> list[float]:
+    """``count`` searches, one after the other, each answered ``503 database_unavailable``: how long each took."""
+    waits = []
+    for _ in range(count):
+        started = time.monotonic()
+        status, _, content = call(f"{url}/api/v1/search", token=token, method="POST", body=b'{"query": "anything"}')
+        waits.append(round(time.monotonic() - started, 1))
+        assert status == 503 and json.loads(content)["error"]["code"] == "database_unavailable", content
+    return waits
 
 
 @pytest.mark.parametrize("server", ["pooled"], indirect=True)  # a bare server connects at each request
@@ -243,12 +268,7 @@ def test_a_hung_database_costs_a_pooled_process_its_pool_wait_not_the_whole_answ
     search = {"token": token, "method": "POST", "body": b'{"query": "anything"}'}
     assert call(f"{url}/api/v1/search", **search)[0] == 200
     with postgres_hung(data_dir):
-        waits = []
-        for _ in range(3):
-            started = time.monotonic()
-            status, _, content = call(f"{url}/api/v1/search", **search)
-            waits.append(round(time.monotonic() - started, 1))
-            assert status == 503 and json.loads(content)["error"]["code"] == "database_unavailable", content
+        waits = searches_unavailable(url, token)
         assert waits[0] < PATIENT_POOL_WAIT_SECONDS + 10 and max(waits[1:]) < 1, waits
     answers_again_soon(url, token)
 
@@ -271,4 +291,26 @@ def test_healthz_tells_a_hung_database_within_seconds_and_the_next_requests_are_
         started = time.monotonic()
         status, _, content = call(f"{url}/api/v1/search", token=token, method="POST", body=b'{"query": "x"}')
         assert status == 503 and time.monotonic() - started < 1, content
+    answers_again_soon(url, token)
+
+
+@pytest.mark.parametrize("server", ["embedded"], indirect=True)
+def test_a_web_process_started_during_a_hang_answers_at_once_after_its_first_wait(server, tmp_path):
+    """Under make run a web process that starts while the database hangs (a worker recycled, or a restart) had
+    not connected yet, so each of its requests first asked the embedded server whether the service's database
+    exists: a connection that waited its whole connect timeout (10 s) every time, before the "known down"
+    answer (memoryhub/postgresql/reachable.py) could apply, and /healthz's try waited as long. Now the backend
+    asks no such question of a server that runs (embedded_postgres.connection_params): /healthz finds the
+    database down within its try's 2 s, and the requests after it are answered at once."""
+    url, token, data_dir, kind = server
+    assert call(f"{url}/healthz")[0] == 200
+    with postgres_hung(data_dir):
+        env = server_env(kind, data_dir, {})
+        with gunicorn(kind, env, tmp_path, answers=(200, 503)) as second:
+            time.sleep(REACHABLE_PROBE_SECONDS)  # the answer of the try made by the first /healthz no longer holds
+            started = time.monotonic()
+            status, _, content = call(f"{second}/healthz")
+            assert status == 503 and time.monotonic() - started < 5, (status, time.monotonic() - started)
+            waits = searches_unavailable(second, token)
+            assert max(waits) < 1, waits
     answers_again_soon(url, token)
