@@ -2,7 +2,8 @@
 connection error that names the setting to change when the server refuses the start-up option the service
 sends, an answer at once while the database is known to be down (memoryhub/postgresql/reachable.py), and
 connections whose waits for the database end within a web request's limit (memoryhub/postgresql/wait_limit.py;
-a pool's check of a connection within POOL_CHECK_SECONDS).
+a pool's check of a connection within POOL_CHECK_SECONDS), and whose statements end soon after the client
+stopped waiting (MEMORYHUB_DB_CLIENT_CHECK_SECONDS).
 
 Every connection starts with ``-c plan_cache_mode=force_custom_plan`` in its libpq ``options``
 (MEMORYHUB_DB_FORCE_CUSTOM_PLANS, memoryhub/settings.py). A connection pooler may refuse any start-up option:
@@ -14,6 +15,7 @@ with this message.)
 """
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.postgresql import base
 
@@ -55,6 +57,17 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if isinstance(options, dict):
             options.setdefault("connection_class", LimitedConnection)
         return super().pool
+
+    def _configure_connection(self, connection):
+        # Run once per new connection (a pool's, when it opens one). A request that stops waiting closes its
+        # connection (memoryhub/postgresql/wait_limit.py), and the server notices a client gone only when it
+        # next reads or writes: without this check a statement ran on to its end, doing work nobody waits for.
+        commit = super()._configure_connection(connection)
+        seconds = settings.MEMORYHUB_DB_CLIENT_CHECK_SECONDS
+        if seconds and connection.info.server_version >= 140000:
+            connection.execute("SELECT set_config('client_connection_check_interval', %s, false)", [f"{seconds * 1000:.0f}"])
+            commit = True
+        return commit
 
     def get_new_connection(self, conn_params):
         # Without this, a pooled process holds each request's thread for the pool's whole wait while the

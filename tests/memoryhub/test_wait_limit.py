@@ -50,3 +50,37 @@ def test_a_shorter_limit_for_one_wait_keeps_a_shorter_one_and_adds_none_where_th
     with pytest.raises(OperationalError, match=r"within 0.5 s \(MEMORYHUB_DB_ANSWER_TIMEOUT\)"):
         with wait_limit(0.5), wait_limit_at_most(5, why="a check"), connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(3)")
+
+
+def _running(marker: str) -> bool:
+    """Whether a statement holding ``marker`` still runs in the server (asked by a connection of its own)."""
+    import psycopg
+
+    params = {**connection.get_connection_params(), "autocommit": True}
+    with psycopg.connect(**params) as other:
+        return other.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
+            [f"%{marker}%"],
+        ).fetchone()[0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_cut_by_the_limit_does_not_run_on_in_the_server(settings):
+    """The limit closes the connection, and the server's backend went on with the statement until it ended (it
+    notices a client gone only when it next reads or writes): a request that gave up still held the database's
+    work. Each connection now asks the server to check its client every MEMORYHUB_DB_CLIENT_CHECK_SECONDS
+    (PostgreSQL's client_connection_check_interval), which ends the statement within that time."""
+    settings.MEMORYHUB_DB_CLIENT_CHECK_SECONDS = 1
+    connection.close()
+    connection.ensure_connection()  # a connection of its own, configured as the service's are
+    marker = "cut-by-the-limit-test"
+    try:
+        with pytest.raises(OperationalError), wait_limit(0.5), connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_sleep(20) /* {marker} */")
+        assert connection.connection.closed
+        cut = time.monotonic()
+        while _running(marker):
+            assert time.monotonic() - cut < 4, "the statement still runs"
+            time.sleep(0.2)
+    finally:
+        connection.close()  # the test's teardown gets a connection of its own
