@@ -141,7 +141,7 @@ MEMORYHUB_DB_ANSWER_TIMEOUT = env_float("MEMORYHUB_DB_ANSWER_TIMEOUT", 30.0, min
 MEMORYHUB_DB_CONNECT_TIMEOUT = env_int("MEMORYHUB_DB_CONNECT_TIMEOUT", 10, minimum=2)
 # How often the server checks, while a statement runs, that the service's connection is still there
 # (PostgreSQL's client_connection_check_interval, 14 and later; set when a connection opens). A request that
-# stopped waiting (MEMORYHUB_DB_ANSWER_TIMEOUT, a search's deadline, a killed worker) closes its connection,
+# stopped waiting (MEMORYHUB_DB_ANSWER_TIMEOUT, a killed worker) closes its connection,
 # and without the check its statement ran on to its end. 0 = no check. (memoryhub/postgresql/base.py)
 MEMORYHUB_DB_CLIENT_CHECK_SECONDS = env_float("MEMORYHUB_DB_CLIENT_CHECK_SECONDS", 2.0, minimum=0)
 
