@@ -84,3 +84,34 @@ def test_a_statement_cut_by_the_limit_does_not_run_on_in_the_server(settings):
             time.sleep(0.2)
     finally:
         connection.close()  # the test's teardown gets a connection of its own
+
+
+@pytest.mark.django_db
+def test_the_statement_of_a_killed_process_ends_in_the_server():
+    """A process killed in the middle of a statement (gunicorn ends a worker whose request outlives its timeout)
+    leaves its statement to the server, which noticed only at its end; with the check, within a second or two."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    params = connection.get_connection_params()
+    url = f"postgresql://{params['user']}@localhost:{params['port']}/{params['dbname']}?host={params['host']}"
+    env = {**os.environ, "DATABASE_URL": url, "MEMORYHUB_DB_CLIENT_CHECK_SECONDS": "1", "DJANGO_SETTINGS_MODULE": "memoryhub.settings"}
+    marker = "killed-process-test"
+    code = f"from django.db import connection\nconnection.cursor().execute('SELECT pg_sleep(30) /* {marker} */')"
+    process = subprocess.Popen([sys.executable, "manage.py", "shell", "-c", code], cwd=settings.BASE_DIR, env=env)
+    try:
+        started = time.monotonic()
+        while not _running(marker):
+            assert process.poll() is None and time.monotonic() - started < 30, "the statement did not start"
+            time.sleep(0.2)
+        process.kill()
+        process.wait(timeout=10)
+        killed = time.monotonic()
+        while _running(marker):
+            assert time.monotonic() - killed < 4, "the statement still runs"
+            time.sleep(0.2)
+    finally:
+        process.kill()
