@@ -32,7 +32,8 @@ from agents.models import Agent
 from agents.services import agent_delete
 from memoryhub import embedded_postgres
 from memoryhub.postgresql.base import DatabaseWrapper
-from tests.reliability.processes import BASE_DIR, free_port
+from memoryhub.postgresql.wait_limit import wait_limit
+from tests.reliability.processes import BASE_DIR, free_port, statement_running
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the clients through PgBouncer see committed rows only
@@ -198,6 +199,22 @@ def test_the_role_setting_the_docs_give_instead_reaches_the_server(session_bounc
     finally:
         with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
             cursor.execute(f'ALTER ROLE postgres IN DATABASE "{name}" RESET plan_cache_mode')
+
+
+def test_a_statement_cut_by_the_limit_ends_in_the_server_through_session_pooling(through_bouncer, settings):
+    """PgBouncer closes its server connection when its client goes in the middle of a statement, and the client
+    check the service sets when a connection opens (MEMORYHUB_DB_CLIENT_CHECK_SECONDS, through PgBouncer) then
+    ends the statement; without the check it ran on (still running 12 s later, measured by hand)."""
+    settings.MEMORYHUB_DB_CLIENT_CHECK_SECONDS = 1
+    bounced = connections[DEFAULT_DB_ALIAS]
+    name = bounced.settings_dict["NAME"]
+    marker = "cut-through-pgbouncer-test"
+    with pytest.raises(OperationalError), wait_limit(0.5), bounced.cursor() as cursor:
+        cursor.execute(f"SELECT pg_sleep(20) /* {marker} */")
+    cut = time.monotonic()
+    while statement_running(marker, {"host": "127.0.0.1", "port": through_bouncer.port, "user": "postgres", "dbname": name}):
+        assert time.monotonic() - cut < 4, "the statement still runs"
+        time.sleep(0.2)
 
 
 def test_a_file_is_indexed_found_and_deleted_through_session_pooling(

@@ -8,6 +8,7 @@ import pytest
 from django.db import OperationalError, connection
 
 from memoryhub.postgresql.wait_limit import LimitedConnection, wait_limit, wait_limit_at_most
+from tests.reliability.processes import statement_running
 
 
 @pytest.mark.django_db
@@ -52,18 +53,6 @@ def test_a_shorter_limit_for_one_wait_keeps_a_shorter_one_and_adds_none_where_th
             cursor.execute("SELECT pg_sleep(3)")
 
 
-def _running(marker: str) -> bool:
-    """Whether a statement holding ``marker`` still runs in the server (asked by a connection of its own)."""
-    import psycopg
-
-    params = {**connection.get_connection_params(), "autocommit": True}
-    with psycopg.connect(**params) as other:
-        return other.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
-            [f"%{marker}%"],
-        ).fetchone()[0] > 0
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_statement_cut_by_the_limit_does_not_run_on_in_the_server(settings):
     """The limit closes the connection, and the server's backend went on with the statement until it ended (it
@@ -79,7 +68,7 @@ def test_a_statement_cut_by_the_limit_does_not_run_on_in_the_server(settings):
             cursor.execute(f"SELECT pg_sleep(20) /* {marker} */")
         assert connection.connection.closed
         cut = time.monotonic()
-        while _running(marker):
+        while statement_running(marker, connection.get_connection_params()):
             assert time.monotonic() - cut < 4, "the statement still runs"
             time.sleep(0.2)
     finally:
@@ -104,13 +93,13 @@ def test_the_statement_of_a_killed_process_ends_in_the_server():
     process = subprocess.Popen([sys.executable, "manage.py", "shell", "-c", code], cwd=settings.BASE_DIR, env=env)
     try:
         started = time.monotonic()
-        while not _running(marker):
+        while not statement_running(marker, connection.get_connection_params()):
             assert process.poll() is None and time.monotonic() - started < 30, "the statement did not start"
             time.sleep(0.2)
         process.kill()
         process.wait(timeout=10)
         killed = time.monotonic()
-        while _running(marker):
+        while statement_running(marker, connection.get_connection_params()):
             assert time.monotonic() - killed < 4, "the statement still runs"
             time.sleep(0.2)
     finally:

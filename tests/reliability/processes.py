@@ -185,3 +185,15 @@ def start_redis(tmp_path: Path, port: int) -> Process:
 def unique_queue() -> str:
     redis_or_skip()
     return f"memoryhub-test-{uuid.uuid4().hex[:12]}"
+
+
+def statement_running(marker: str, params: dict) -> bool:
+    """Whether a statement holding ``marker`` still runs in the server, asked by a connection of its own
+    (``params``: psycopg's)."""
+    import psycopg
+
+    with psycopg.connect(**params, autocommit=True) as other:
+        return other.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
+            [f"%{marker}%"],
+        ).fetchone()[0] > 0
