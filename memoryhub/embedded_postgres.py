@@ -170,14 +170,15 @@ def stop(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
         pg_ctl(["-w", "-t", str(STOP_TIMEOUT_SECONDS), "-m", "fast", "stop"], pgdata=data_dir, user=user)
     except subprocess.CalledProcessError:
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-        while _postmaster_alive(data_dir) and time.monotonic() < deadline:
+        while postmaster_alive(data_dir) and time.monotonic() < deadline:
             time.sleep(0.5)
-        if _postmaster_alive(data_dir):
+        if postmaster_alive(data_dir):
             raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not stop; see {data_dir / 'log'}") from None
     return True
 
 
-def _postmaster_alive(data_dir: Path) -> bool:
+def postmaster_alive(data_dir: Path) -> bool:
+    """Whether the server's main process runs, ready or not (starting, stopping, hung)."""
     from pgserver.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(data_dir)

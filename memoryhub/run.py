@@ -5,8 +5,9 @@ prints a fresh token with a ready-to-paste curl line (revoking the token the pre
 which embedding provider search uses and how to get vectors when there is none, then serves the web app on 127.0.0.1:$PORT with
 gunicorn (memoryhub/gunicorn_conf.py) and runs a Celery worker (with the periodic scheduler) on $REDIS_URL. When no broker answers, tasks run
 in the web process instead, and this command says so. A worker that exits (killed, or a crash while the
-broker comes and goes) is started again, as the compose file's restart policy does; the web server
-exiting, or the worker exiting again and again, stops everything. Ctrl-C stops everything it started.
+broker comes and goes) is started again, as the compose file's restart policy does, and so is the embedded
+PostgreSQL when its server exits (a crash, a kill, a stop by hand); the web server exiting, or the worker or
+the database exiting again and again, stops everything. Ctrl-C stops everything it started.
 """
 
 import os
@@ -22,6 +23,8 @@ DEMO_TOKEN_LABEL = "make run"
 # A worker that exits is started again, unless it exited this many times within a minute: then something
 # is wrong that a restart will not cure, and make run stops with the worker's own output above.
 WORKER_RESTARTS_PER_MINUTE = 5
+# The same for the embedded database's server (each start after an exit counts, whether it succeeded or not).
+DATABASE_RESTARTS_PER_MINUTE = 5
 
 
 def say(message: str) -> None:
@@ -84,6 +87,17 @@ def embedding_settings() -> tuple[str, str, int | None, str, bool]:
     )
 
 
+def within_restarts(restarts: list[float], per_minute: int) -> bool:
+    """Whether one more restart stays within ``per_minute`` (``restarts``: the times of the earlier ones, kept to
+    the last minute; this one is added when it is allowed)."""
+    now = time.monotonic()
+    restarts[:] = [at for at in restarts if now - at < 60]
+    if len(restarts) >= per_minute:
+        return False
+    restarts.append(now)
+    return True
+
+
 def manage(*args: str, env: dict) -> str:
     result = subprocess.run(
         [PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True
@@ -95,6 +109,7 @@ def main() -> int:
     env = dict(os.environ)
     port = env.get("PORT", "8000")
     started_postgres = False
+    data_dir = None  # the embedded database's folder, when make run uses it
     if not env.get("DATABASE_URL"):
         from memoryhub import embedded_postgres
 
@@ -123,7 +138,7 @@ def main() -> int:
         if started_postgres:
             from memoryhub import embedded_postgres
 
-            embedded_postgres.stop(Path(env.get("MEMORYHUB_EMBEDDED_POSTGRES_DIR") or embedded_postgres.DEFAULT_DATA_DIR))
+            embedded_postgres.stop(data_dir)
             say("embedded PostgreSQL stopped")
         say("stopped")
 
@@ -178,14 +193,23 @@ def main() -> int:
         say(f"serving on http://127.0.0.1:{port}/ (admin at /admin/, health at /healthz); Ctrl-C stops everything")
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         restarts: list[float] = []
+        database_restarts: list[float] = []
         while web.poll() is None:
+            if data_dir is not None and not embedded_postgres.postmaster_alive(data_dir):
+                if not within_restarts(database_restarts, DATABASE_RESTARTS_PER_MINUTE):
+                    say(f"the embedded PostgreSQL exited {len(database_restarts) + 1} times within a minute; stopping the rest")
+                    return 1
+                say("the embedded PostgreSQL exited; starting it again (the web server and the worker reconnect by themselves)")
+                started_postgres = True  # Ctrl-C stops the server this command started
+                try:
+                    embedded_postgres.ensure_running(data_dir)
+                except Exception as exc:  # tried again at the next turn, within the limit above
+                    say(f"the embedded PostgreSQL did not start ({exc}); trying again (see {data_dir / 'log'})")
+                    time.sleep(2)
             if worker and worker.poll() is not None:
-                now = time.monotonic()
-                restarts = [at for at in restarts if now - at < 60]
-                if len(restarts) >= WORKER_RESTARTS_PER_MINUTE:
+                if not within_restarts(restarts, WORKER_RESTARTS_PER_MINUTE):
                     say(f"the Celery worker exited {len(restarts) + 1} times within a minute; stopping the rest")
                     return 1
-                restarts.append(now)
                 processes.remove(worker)
                 say(
                     f"the Celery worker exited (code {worker.returncode}); starting it again "

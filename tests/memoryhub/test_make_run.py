@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -46,11 +47,14 @@ def run_database(django_db_setup, django_db_blocker):
 
 
 class MakeRun:
-    def __init__(self, *, database_url: str, port: int, log: Path, **extra_env: str):
+    def __init__(self, *, database_url: str | None, port: int, log: Path, **extra_env: str):
+        """``database_url`` None: the embedded database (give MEMORYHUB_EMBEDDED_POSTGRES_DIR)."""
         self.port, self.log = port, log
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORYHUB_", "OPENAI_", "DJANGO_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORYHUB_", "OPENAI_", "DJANGO_", "DATABASE_"))}
+        if database_url:
+            env["DATABASE_URL"] = database_url
         env.update(
-            DATABASE_URL=database_url, PORT=str(port), DEBUG="1", MEMORYHUB_EMBEDDING_PROVIDER="none",
+            PORT=str(port), DEBUG="1", MEMORYHUB_EMBEDDING_PROVIDER="none",
             REDIS_URL="redis://127.0.0.1:1/0",  # no broker: tasks run in the web process, no worker to start
             MEMORYHUB_WEB_WORKERS="1", MEMORYHUB_LOG_FORMAT="text",
         )
@@ -80,7 +84,7 @@ class MakeRun:
                 return response.status, response.headers["Content-Type"], response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers["Content-Type"], exc.read().decode()
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):  # no answer (yet)
             return 0, "", ""
 
     def stop(self) -> None:
@@ -155,6 +159,33 @@ def test_make_run_starts_a_killed_worker_again_and_the_new_one_indexes(run_datab
         )
     finally:
         run.stop()
+
+
+@pytest.mark.parametrize("how", ["stopped by hand", "killed"])
+def test_make_run_starts_its_embedded_database_again_when_it_exits(tmp_path_factory, tmp_path, how):
+    """Before, make run watched its web server and worker but not the embedded database: once its server exited,
+    every request answered 503 until some process opening its first connection happened to start it again."""
+    from memoryhub import embedded_postgres
+
+    data_dir = tmp_path_factory.mktemp("pg")  # short: the server's socket lives there
+    run = MakeRun(database_url=None, port=free_port(), log=tmp_path / "run.log", MEMORYHUB_EMBEDDED_POSTGRES_DIR=str(data_dir))
+    try:
+        token = run.token()
+        wait_for(lambda: run.get("/api/v1/status", token)[0] == 200, timeout=60, what="the web server")
+        if how == "killed":
+            os.kill(int((data_dir / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)
+        else:
+            embedded_postgres.stop(data_dir)
+        time.sleep(1)
+        wait_for(lambda: run.get("/api/v1/status", token)[0] == 200, timeout=60,
+                 what=f"the web server to answer again:\n{run.output()[-2000:]}")
+        assert "the embedded PostgreSQL exited; starting it again" in run.output()
+        status, _, body = run.get("/api/v1/files/notes/after-restart.md", token, method="PUT", body=b"Written after the restart.")
+        assert status == 201, body
+    finally:
+        run.stop()
+    assert "embedded PostgreSQL stopped" in run.output()  # Ctrl-C stops the server it started again
+    assert not embedded_postgres.postmaster_alive(data_dir)
 
 
 def test_the_banner_names_an_active_provider_and_its_model():
