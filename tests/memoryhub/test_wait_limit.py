@@ -8,7 +8,7 @@ import pytest
 from django.db import OperationalError, connection
 
 from memoryhub.postgresql.wait_limit import LimitedConnection, wait_limit, wait_limit_at_most
-from tests.reliability.processes import statement_running
+from tests.reliability.processes import statement_running, wait_for
 
 
 @pytest.mark.django_db
@@ -67,10 +67,8 @@ def test_a_statement_cut_by_the_limit_does_not_run_on_in_the_server(settings):
         with pytest.raises(OperationalError), wait_limit(0.5), connection.cursor() as cursor:
             cursor.execute(f"SELECT pg_sleep(20) /* {marker} */")
         assert connection.connection.closed
-        cut = time.monotonic()
-        while statement_running(marker, connection.get_connection_params()):
-            assert time.monotonic() - cut < 4, "the statement still runs"
-            time.sleep(0.2)
+        params = connection.get_connection_params()
+        wait_for(lambda: not statement_running(marker, params), timeout=4, what="the statement to end")
     finally:
         connection.close()  # the test's teardown gets a connection of its own
 
@@ -92,15 +90,10 @@ def test_the_statement_of_a_killed_process_ends_in_the_server():
     code = f"from django.db import connection\nconnection.cursor().execute('SELECT pg_sleep(30) /* {marker} */')"
     process = subprocess.Popen([sys.executable, "manage.py", "shell", "-c", code], cwd=settings.BASE_DIR, env=env)
     try:
-        started = time.monotonic()
-        while not statement_running(marker, connection.get_connection_params()):
-            assert process.poll() is None and time.monotonic() - started < 30, "the statement did not start"
-            time.sleep(0.2)
+        wait_for(lambda: statement_running(marker, params) or process.poll() is not None, timeout=30, what="the statement")
+        assert process.poll() is None, "the process ended before its statement started"
         process.kill()
         process.wait(timeout=10)
-        killed = time.monotonic()
-        while statement_running(marker, connection.get_connection_params()):
-            assert time.monotonic() - killed < 4, "the statement still runs"
-            time.sleep(0.2)
+        wait_for(lambda: not statement_running(marker, params), timeout=4, what="the statement to end")
     finally:
         process.kill()
