@@ -64,7 +64,7 @@ def ensure_running(data_dir: Path = DEFAULT_DATA_DIR, *, connect_timeout: int | 
     """Start the server if needed (initdb on an empty folder) and return connection parameters
     for the ``memoryhub`` database, creating that database on first use."""
     params, _ = _started(data_dir)
-    _ensure_database(params, connect_timeout or CONNECT_TIMEOUT_SECONDS)
+    _ensure_database(params, connect_timeout)
     return params
 
 
@@ -78,7 +78,7 @@ def connection_params(data_dir: Path = DEFAULT_DATA_DIR, *, connect_timeout: int
     process that had not connected yet another wait."""
     params, started = _started(data_dir)
     if started:
-        _ensure_database(params, connect_timeout or CONNECT_TIMEOUT_SECONDS)
+        _ensure_database(params, connect_timeout)
     return params
 
 
@@ -103,7 +103,8 @@ def _started(data_dir: Path) -> tuple[dict, bool]:
     return {"host": str(info.socket_dir), "port": info.port, "user": "postgres", "dbname": DATABASE_NAME}, started
 
 
-def _ensure_database(params: dict, connect_timeout: int) -> None:
+def _ensure_database(params: dict, connect_timeout: int | None) -> None:
+    connect_timeout = connect_timeout or CONNECT_TIMEOUT_SECONDS
     with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True, connect_timeout=connect_timeout) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [params["dbname"]]).fetchone()
         if not exists:
